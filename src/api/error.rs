@@ -1,0 +1,169 @@
+//! The one error type handlers return, and the one JSON shape every error takes:
+//! `{"error": {"code": "...", "message": "..."}}`.
+//!
+//! Policy: 4xx messages say what the client did wrong; a 500 says only "internal error" and the
+//! cause goes to the log; a database that cannot be reached is 503 so clients retry.
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::db::DbError;
+use crate::domain::ValidationError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidQuery(String),
+    #[error("{0}")]
+    InvalidPath(String),
+    #[error("{0}")]
+    Validation(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    AckBeyondLastMessage(String),
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorDetail<'a> {
+    code: &'a str,
+    message: String,
+}
+
+impl ApiError {
+    /// The stable, documented machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidQuery(_) => "invalid_query",
+            ApiError::InvalidPath(_) => "invalid_path",
+            ApiError::Validation(_) => "validation_failed",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson(_)
+            | ApiError::InvalidQuery(_)
+            | ApiError::InvalidPath(_)
+            | ApiError::Validation(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::AckBeyondLastMessage(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let ApiError::Internal(cause) = self {
+            tracing::error!(error = ?cause, "request failed with an internal error");
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            ApiError::Unauthorized(_) => {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            ApiError::Unavailable(_) => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            _ => {}
+        }
+        response.json(ErrorBody {
+            error: ErrorDetail {
+                code: self.code(),
+                message: self.to_string(),
+            },
+        })
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::Validation(e.0)
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(error = %e, "database unavailable");
+            ApiError::Unavailable("the database is unavailable; retry shortly".into())
+        } else {
+            ApiError::Internal(e.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::to_bytes;
+
+    async fn body_of(e: ApiError) -> (u16, serde_json::Value) {
+        let response = e.error_response();
+        let status = response.status().as_u16();
+        let bytes = to_bytes(response.into_body()).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[actix_web::test]
+    async fn error_envelope_has_code_and_message() {
+        let (status, body) = body_of(ApiError::NotFound("group 7 does not exist".into())).await;
+        assert_eq!(status, 404);
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": "not_found", "message": "group 7 does not exist"}})
+        );
+    }
+
+    #[actix_web::test]
+    async fn internal_error_hides_its_cause() {
+        let cause = anyhow::anyhow!("password authentication failed for user chorus");
+        let (status, body) = body_of(ApiError::Internal(cause)).await;
+        assert_eq!(status, 500);
+        assert_eq!(body["error"]["message"], "internal error");
+        assert!(!body.to_string().contains("password"));
+    }
+}

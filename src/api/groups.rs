@@ -1,0 +1,150 @@
+//! Handlers for groups and their members.
+
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::extract::AuthUser;
+use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
+use super::{member_of, AppState};
+use crate::db::{groups, members};
+use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId, MAX_GROUP_MEMBERS};
+
+#[derive(Deserialize)]
+pub struct CreateGroupBody {
+    name: String,
+    #[serde(default)]
+    member_ids: Vec<String>,
+}
+
+#[tracing::instrument(skip_all, fields(user = %user.0))]
+pub async fn create_group(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    body: web::Json<CreateGroupBody>,
+) -> Result<HttpResponse, ApiError> {
+    let name = parse_group_name(&body.name)?;
+    let member_ids = parse_user_ids("member_ids", &body.member_ids)?;
+    let owner = user.id().to_owned();
+    let (group, member_count) = state
+        .db
+        .write(move |conn| groups::create_group(conn, &owner, &name, &member_ids))
+        .await?;
+    Ok(HttpResponse::Created().json(GroupView::new(group, member_count)))
+}
+
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn get_group(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let (group, _member) = member_of(&state, group_id, &user).await?;
+    let member_count = state
+        .db
+        .read(move |conn| groups::count_members(conn, group_id))
+        .await?;
+    Ok(HttpResponse::Ok().json(GroupView::new(group, member_count)))
+}
+
+#[derive(Deserialize)]
+pub struct MembersQuery {
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn list_members(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+    query: web::Query<MembersQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let limit = parse_limit(query.limit)?;
+    let after = match &query.cursor {
+        Some(c) => Some(UserId::parse("cursor", c)?.as_str().to_owned()),
+        None => None,
+    };
+    member_of(&state, group_id, &user).await?;
+    let mut rows = state
+        .db
+        .read(move |conn| members::list_members(conn, group_id, after.as_deref(), limit + 1))
+        .await?;
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_cursor = has_more
+        .then(|| rows.last().map(|m| m.user_id.clone()))
+        .flatten();
+    Ok(HttpResponse::Ok().json(MembersPage {
+        members: rows.into_iter().map(MemberView::from).collect(),
+        has_more,
+        next_cursor,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct AddMembersBody {
+    user_ids: Vec<String>,
+}
+
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn add_members(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+    body: web::Json<AddMembersBody>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let user_ids = parse_user_ids("user_ids", &body.user_ids)?;
+    if user_ids.is_empty() {
+        return Err(ApiError::Validation("user_ids: must not be empty".into()));
+    }
+    let (_, me) = member_of(&state, group_id, &user).await?;
+    if !me.is_owner() {
+        return Err(ApiError::Forbidden(
+            "only the group owner may add members".into(),
+        ));
+    }
+    let outcome = state
+        .db
+        .write(move |conn| members::add_members(conn, group_id, &user_ids, MAX_GROUP_MEMBERS))
+        .await?;
+    match outcome {
+        members::AddOutcome::Added(added) => Ok(HttpResponse::Ok().json(AddedMembers { added })),
+        members::AddOutcome::TooMany { current, max } => Err(ApiError::Conflict(format!(
+            "a group holds at most {max} members; it has {current}"
+        ))),
+    }
+}
+
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn remove_member(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (group_id, target) = path.into_inner();
+    let target = UserId::parse("user_id", &target)?;
+    let (group, me) = member_of(&state, group_id, &user).await?;
+    let leaving = target == user.0;
+    if !leaving && !me.is_owner() {
+        return Err(ApiError::Forbidden(
+            "only the owner may remove other members".into(),
+        ));
+    }
+    if target.as_str() == group.owner_id {
+        return Err(ApiError::Conflict(
+            "the owner cannot leave their group".into(),
+        ));
+    }
+    let removed = state
+        .db
+        .write(move |conn| members::remove_member(conn, group_id, target.as_str()))
+        .await?;
+    if !removed {
+        return Err(ApiError::NotFound("that user is not a member".into()));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}

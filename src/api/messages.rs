@@ -1,0 +1,115 @@
+//! Handlers for sending and pulling group messages.
+
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::extract::AuthUser;
+use super::views::{MessageView, MessagesPage};
+use super::{member_of, AppState};
+use crate::db::messages::{self, SendOutcome};
+use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
+
+#[derive(Deserialize)]
+pub struct SendMessageBody {
+    client_msg_id: String,
+    content: String,
+}
+
+/// 201 with the new message, or 200 with the original when `client_msg_id` was seen before.
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn send_message(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+    body: web::Json<SendMessageBody>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
+    let content = parse_content(&body.content)?;
+    let sender = user.id().to_owned();
+    let outcome = state
+        .db
+        .write(move |conn| messages::send(conn, group_id, &sender, &client_msg_id, &content))
+        .await?;
+    match outcome {
+        SendOutcome::Created(row) => Ok(HttpResponse::Created().json(MessageView::from(row))),
+        SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),
+        SendOutcome::NoGroup => Err(ApiError::NotFound(format!(
+            "group {group_id} does not exist"
+        ))),
+        SendOutcome::NotMember => Err(ApiError::Forbidden(format!(
+            "you are not a member of group {group_id}"
+        ))),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ListMessagesQuery {
+    after_msg_id: Option<i64>,
+    before_msg_id: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// A page of messages, ascending. With neither bound it starts after the caller's
+/// `last_ack_msg_id`: the offline pull. A member never sees messages from before they joined.
+#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+pub async fn list_messages(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+    query: web::Query<ListMessagesQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let limit = parse_limit(query.limit)?;
+    let after = query
+        .after_msg_id
+        .map(|v| parse_msg_id("after_msg_id", v))
+        .transpose()?;
+    let before = query
+        .before_msg_id
+        .map(|v| parse_msg_id("before_msg_id", v))
+        .transpose()?;
+    if after.is_some() && before.is_some() {
+        return Err(ApiError::Validation(
+            "give after_msg_id or before_msg_id, not both".into(),
+        ));
+    }
+    let (group, member) = member_of(&state, group_id, &user).await?;
+    let floor = member.joined_after_msg_id;
+    let mut rows = match before {
+        Some(before) => {
+            state
+                .db
+                .read(move |conn| messages::page_before(conn, group_id, before, floor, limit + 1))
+                .await?
+        }
+        None => {
+            let after = after.unwrap_or(member.last_ack_msg_id).max(floor);
+            state
+                .db
+                .read(move |conn| messages::page_after(conn, group_id, after, limit + 1))
+                .await?
+        }
+    };
+    let has_more = rows.len() as i64 > limit;
+    if has_more {
+        // Backwards pages drop the oldest extra row, forward pages the newest.
+        if before.is_some() {
+            rows.remove(0);
+        } else {
+            rows.truncate(limit as usize);
+        }
+    }
+    let last_msg_id = rows
+        .last()
+        .map_or(group.last_msg_id, |m| m.msg_id.max(group.last_msg_id));
+    Ok(HttpResponse::Ok().json(MessagesPage {
+        group_id,
+        messages: rows.into_iter().map(MessageView::from).collect(),
+        has_more,
+        last_msg_id,
+        last_ack_msg_id: member.last_ack_msg_id,
+        last_read_msg_id: member.last_read_msg_id,
+    }))
+}

@@ -1,0 +1,32 @@
+//! Service endpoints: the API description and health checks.
+
+use actix_web::{web, HttpResponse};
+use serde_json::json;
+
+use super::AppState;
+use crate::db;
+
+/// The OpenAPI document, compiled into the binary so the served spec is the tested one.
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
+pub async fn openapi_spec() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("application/yaml")
+        .body(OPENAPI_YAML)
+}
+
+/// The process is up and serving HTTP.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// The database answers and its schema is current: safe to route traffic here.
+pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let ready = state.db.read(|conn| Ok(db::is_ready(conn))).await;
+    match ready {
+        Ok(true) => HttpResponse::Ok().json(json!({"status": "ready"})),
+        _ => HttpResponse::ServiceUnavailable().json(json!({
+            "error": {"code": "unavailable", "message": "the database is unreachable or not migrated"}
+        })),
+    }
+}

@@ -1,0 +1,153 @@
+//! Response bodies: the JSON shapes clients see, built from rows. Field names match openapi.yaml.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::Serialize;
+
+use crate::db::cursors::CursorState;
+use crate::db::members::MyGroupRow;
+use crate::db::models::{GroupRow, MemberRow, MessageRow};
+
+fn utc(t: NaiveDateTime) -> DateTime<Utc> {
+    DateTime::from_naive_utc_and_offset(t, Utc)
+}
+
+#[derive(Serialize)]
+pub struct GroupView {
+    pub group_id: i64,
+    pub name: String,
+    pub owner_id: String,
+    pub last_msg_id: i64,
+    pub member_count: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl GroupView {
+    pub fn new(group: GroupRow, member_count: i64) -> Self {
+        GroupView {
+            group_id: group.group_id,
+            name: group.name,
+            owner_id: group.owner_id,
+            last_msg_id: group.last_msg_id,
+            member_count,
+            created_at: utc(group.created_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct MemberView {
+    pub user_id: String,
+    pub role: String,
+    pub joined_at: DateTime<Utc>,
+}
+
+impl From<MemberRow> for MemberView {
+    fn from(m: MemberRow) -> Self {
+        MemberView {
+            user_id: m.user_id,
+            role: m.role,
+            joined_at: utc(m.joined_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct MembersPage {
+    pub members: Vec<MemberView>,
+    pub has_more: bool,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct AddedMembers {
+    pub added: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct MessageView {
+    pub group_id: i64,
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub client_msg_id: String,
+    pub content: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<MessageRow> for MessageView {
+    fn from(m: MessageRow) -> Self {
+        MessageView {
+            group_id: m.group_id,
+            msg_id: m.msg_id,
+            sender_id: m.sender_id,
+            client_msg_id: m.client_msg_id,
+            content: m.content,
+            created_at: utc(m.created_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct MessagesPage {
+    pub group_id: i64,
+    pub messages: Vec<MessageView>,
+    pub has_more: bool,
+    pub last_msg_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+}
+
+#[derive(Serialize)]
+pub struct CursorsView {
+    pub group_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub last_msg_id: i64,
+    pub unread_count: i64,
+}
+
+impl From<CursorState> for CursorsView {
+    fn from(c: CursorState) -> Self {
+        CursorsView {
+            group_id: c.group_id,
+            last_ack_msg_id: c.last_ack_msg_id,
+            last_read_msg_id: c.last_read_msg_id,
+            last_msg_id: c.last_msg_id,
+            unread_count: (c.last_msg_id - c.last_read_msg_id).max(0),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct AcksView {
+    pub results: Vec<CursorsView>,
+}
+
+#[derive(Serialize)]
+pub struct MyGroupView {
+    pub group_id: i64,
+    pub name: String,
+    pub last_msg_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub unread_count: i64,
+}
+
+impl From<MyGroupRow> for MyGroupView {
+    fn from(g: MyGroupRow) -> Self {
+        MyGroupView {
+            group_id: g.group_id,
+            name: g.name,
+            last_msg_id: g.last_msg_id,
+            last_ack_msg_id: g.last_ack_msg_id,
+            last_read_msg_id: g.last_read_msg_id,
+            unread_count: (g.last_msg_id - g.last_read_msg_id).max(0),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct MyGroupsPage {
+    pub groups: Vec<MyGroupView>,
+    pub has_more: bool,
+    pub next_cursor: Option<String>,
+}

@@ -1,0 +1,153 @@
+//! Bearer tokens: HS256 JWTs whose `sub` is the user id. The algorithm is fixed by the server,
+//! `exp` is required; a token that fails any check is simply not a user.
+
+use std::path::Path;
+
+use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::UserId;
+
+/// Shortest secret accepted from configuration: HS256 keys below 256 bits are guessable.
+pub const MIN_SECRET_BYTES: usize = 32;
+const DEV_SECRET_FILE: &str = "dev-jwt-secret";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    sub: String,
+    exp: i64,
+    iat: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("token rejected: {0}")]
+    Invalid(String),
+    #[error("could not sign token: {0}")]
+    Signing(String),
+}
+
+pub struct TokenKeys {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    /// True when the secret was generated for development rather than configured.
+    pub development: bool,
+}
+
+impl TokenKeys {
+    pub fn new(secret: &[u8], development: bool) -> Result<TokenKeys, TokenError> {
+        let key_error = |e: jsonwebtoken::errors::Error| TokenError::Signing(e.to_string());
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = 5;
+        Ok(TokenKeys {
+            encoding: EncodingKey::from_secret(secret).map_err(key_error)?,
+            decoding: DecodingKey::from_secret(secret).map_err(key_error)?,
+            validation,
+            development,
+        })
+    }
+
+    pub fn issue(&self, user_id: &UserId, ttl_seconds: i64) -> Result<String, TokenError> {
+        let now = chrono::Utc::now().timestamp();
+        let claims = Claims {
+            sub: user_id.as_str().to_owned(),
+            iat: now,
+            exp: now + ttl_seconds,
+        };
+        encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
+            .map_err(|e| TokenError::Signing(e.to_string()))
+    }
+
+    pub fn verify(&self, token: &str) -> Result<UserId, TokenError> {
+        let data = decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| TokenError::Invalid(e.to_string()))?;
+        UserId::parse("sub", &data.claims.sub).map_err(|e| TokenError::Invalid(e.to_string()))
+    }
+}
+
+/// The configured secret, or else the development secret kept in the data directory (created
+/// on first use, readable by the owner only). Returns the secret and whether it is for development.
+pub fn load_secret(configured: Option<&str>, data_dir: &Path) -> anyhow::Result<(Vec<u8>, bool)> {
+    if let Some(secret) = configured {
+        anyhow::ensure!(
+            secret.len() >= MIN_SECRET_BYTES,
+            "CHORUS_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes"
+        );
+        return Ok((secret.as_bytes().to_vec(), false));
+    }
+    let path = data_dir.join(DEV_SECRET_FILE);
+    if let Ok(existing) = std::fs::read_to_string(&path) {
+        let existing = existing.trim();
+        anyhow::ensure!(
+            existing.len() >= MIN_SECRET_BYTES,
+            "{} is too short; delete it to generate a new one",
+            path.display()
+        );
+        return Ok((existing.as_bytes().to_vec(), true));
+    }
+    std::fs::create_dir_all(data_dir)?;
+    let secret: String = {
+        use rand::Rng;
+        let bytes: [u8; 32] = rand::rng().random();
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    write_private(&path, &secret)?;
+    Ok((secret.into_bytes(), true))
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(contents.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> TokenKeys {
+        TokenKeys::new(&[7u8; 32], false).unwrap()
+    }
+
+    #[test]
+    fn issued_token_verifies_to_its_user() {
+        let user = UserId::parse("sub", "alice").unwrap();
+        let token = keys().issue(&user, 60).unwrap();
+        assert_eq!(keys().verify(&token).unwrap(), user);
+    }
+
+    #[test]
+    fn expired_token_is_rejected() {
+        let user = UserId::parse("sub", "alice").unwrap();
+        let token = keys().issue(&user, -60).unwrap();
+        assert!(keys().verify(&token).is_err());
+    }
+
+    #[test]
+    fn token_signed_with_another_secret_is_rejected() {
+        let user = UserId::parse("sub", "alice").unwrap();
+        let token = TokenKeys::new(&[8u8; 32], false)
+            .unwrap()
+            .issue(&user, 60)
+            .unwrap();
+        assert!(keys().verify(&token).is_err());
+    }
+
+    #[test]
+    fn unsigned_alg_none_token_is_rejected() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let header = b64.encode(r#"{"alg":"none","typ":"JWT"}"#);
+        let exp = chrono::Utc::now().timestamp() + 600;
+        let claims = b64.encode(format!(r#"{{"sub":"alice","exp":{exp}}}"#));
+        assert!(keys().verify(&format!("{header}.{claims}.")).is_err());
+    }
+}

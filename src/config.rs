@@ -1,0 +1,204 @@
+//! Settings, from command-line flags or `CHORUS_*` environment variables (flags win).
+//! The secret is never printed: `Debug` on [`Settings`] masks it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::db::DbSettings;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "chorus",
+    version,
+    about = "Group messages over plain HTTP: send, pull what you missed, ack, and see who read it.",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTP server (the default when no command is given).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Print a bearer token for USER_ID, signed with the configured (or development) secret.
+    Token {
+        /// The user id the token speaks for (its `sub` claim).
+        user_id: String,
+        /// How long the token stays valid, in hours.
+        #[arg(long, default_value_t = 24)]
+        ttl_hours: i64,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SqliteSync {
+    /// Every commit reaches the disk before the client hears 2xx (survives power loss).
+    Full,
+    /// Commits survive a process crash; the last ones may be lost on power loss. Faster.
+    Normal,
+}
+
+#[derive(Args, Clone)]
+pub struct Settings {
+    /// Address and port to listen on.
+    #[arg(
+        long,
+        env = "CHORUS_BIND",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    pub bind: String,
+
+    /// Database URL: postgres://… for PostgreSQL, or a SQLite file path. Unset: an embedded
+    /// SQLite file in the data directory.
+    #[arg(long, env = "CHORUS_DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+
+    /// Directory for the embedded database and the development secret.
+    #[arg(
+        long,
+        env = "CHORUS_DATA_DIR",
+        default_value = "chorus-data",
+        global = true
+    )]
+    pub data_dir: PathBuf,
+
+    /// HS256 secret for bearer tokens (at least 32 bytes). Unset: development mode with a
+    /// generated secret kept in the data directory.
+    #[arg(long, env = "CHORUS_JWT_SECRET", hide_env_values = true, global = true)]
+    pub jwt_secret: Option<String>,
+
+    /// Database connections (PostgreSQL: the pool; SQLite: readers, plus one writer).
+    #[arg(long, env = "CHORUS_POOL_SIZE", default_value_t = 8, global = true)]
+    pub pool_size: u32,
+
+    /// How long a request waits for a database connection before it gets 503.
+    #[arg(
+        long,
+        env = "CHORUS_POOL_TIMEOUT_MS",
+        default_value_t = 3000,
+        global = true
+    )]
+    pub pool_timeout_ms: u64,
+
+    /// SQLite durability.
+    #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = SqliteSync::Full, global = true)]
+    pub sqlite_sync: SqliteSync,
+
+    /// HTTP worker threads (0: one per core).
+    #[arg(long, env = "CHORUS_WORKERS", default_value_t = 0, global = true)]
+    pub workers: usize,
+
+    /// Log output format.
+    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter, in tracing's EnvFilter syntax.
+    #[arg(long, env = "CHORUS_LOG", default_value = "info", global = true)]
+    pub log: String,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("bind", &self.bind)
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_url),
+            )
+            .field("data_dir", &self.data_dir)
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
+            .field("pool_size", &self.pool_size)
+            .field("pool_timeout_ms", &self.pool_timeout_ms)
+            .field("sqlite_sync", &self.sqlite_sync)
+            .field("workers", &self.workers)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// Defaults for everything, as if no flag or variable was given (tests start from this).
+    pub fn defaults() -> Settings {
+        Settings {
+            bind: "127.0.0.1:8080".into(),
+            database_url: None,
+            data_dir: "chorus-data".into(),
+            jwt_secret: None,
+            pool_size: 8,
+            pool_timeout_ms: 3000,
+            sqlite_sync: SqliteSync::Full,
+            workers: 0,
+            log_format: LogFormat::Text,
+            log: "info".into(),
+        }
+    }
+
+    /// The database to use; the embedded default lives in the data directory.
+    pub fn db_settings(&self) -> std::io::Result<DbSettings> {
+        let url = match &self.database_url {
+            Some(url) => url.strip_prefix("sqlite://").unwrap_or(url).to_owned(),
+            None => {
+                std::fs::create_dir_all(&self.data_dir)?;
+                self.data_dir.join("chorus.sqlite3").display().to_string()
+            }
+        };
+        Ok(DbSettings {
+            url,
+            pool_size: self.pool_size,
+            pool_timeout: Duration::from_millis(self.pool_timeout_ms),
+            sqlite_synchronous: match self.sqlite_sync {
+                SqliteSync::Full => "FULL".into(),
+                SqliteSync::Normal => "NORMAL".into(),
+            },
+        })
+    }
+}
+
+/// The URL with any password replaced, for logs.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}://{}:***@{}", &url[..scheme_end], user, &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_password() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact_url("chorus-data/x.sqlite3"), "chorus-data/x.sqlite3");
+    }
+
+    #[test]
+    fn debug_never_prints_the_secret() {
+        let mut s = Settings::defaults();
+        s.jwt_secret = Some("super-secret-value-that-is-long-enough".into());
+        assert!(!format!("{s:?}").contains("super-secret"));
+    }
+}

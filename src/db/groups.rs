@@ -1,0 +1,76 @@
+//! Queries on `groups`: creation and the per-group message counter.
+
+use diesel::prelude::*;
+
+use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
+use super::AnyConnection;
+use crate::on_engine;
+use crate::schema::{group_members, groups};
+
+/// Creates a group owned by `owner_id` with the given other members, in one transaction.
+pub fn create_group(
+    conn: &mut AnyConnection,
+    owner_id: &str,
+    name: &str,
+    member_ids: &[String],
+) -> QueryResult<(GroupRow, i64)> {
+    conn.transaction(|conn| {
+        let now = now_utc();
+        let group_id: i64 = diesel::insert_into(groups::table)
+            .values(&NewGroup {
+                name,
+                owner_id,
+                last_msg_id: 0,
+                created_at: now,
+            })
+            .returning(groups::group_id)
+            .get_result(conn)?;
+        let mut rows = vec![NewMember::joining(group_id, owner_id, Role::Owner, 0, now)];
+        rows.extend(
+            member_ids
+                .iter()
+                .filter(|id| id.as_str() != owner_id)
+                .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
+        );
+        let member_count = rows.len() as i64;
+        on_engine!(conn, |c| diesel::insert_into(group_members::table)
+            .values(&rows)
+            .execute(c))?;
+        let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
+        Ok((group, member_count))
+    })
+}
+
+pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option<GroupRow>> {
+    groups::table
+        .find(group_id)
+        .select(GroupRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// Hands out the group's next message id. The update takes the group's row lock on PostgreSQL,
+/// so concurrent senders to one group queue here and ids commit in order with no gaps: a
+/// transaction that rolls back also rolls back its increment.
+pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
+    diesel::update(groups::table.find(group_id))
+        .set(groups::last_msg_id.eq(groups::last_msg_id + 1))
+        .returning(groups::last_msg_id)
+        .get_result(conn)
+}
+
+/// Reads the group's last message id while holding its row lock (PostgreSQL) until the
+/// transaction ends, so members added now join exactly after the last committed message.
+pub fn lock_last_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
+    diesel::update(groups::table.find(group_id))
+        .set(groups::last_msg_id.eq(groups::last_msg_id))
+        .returning(groups::last_msg_id)
+        .get_result(conn)
+}
+
+pub fn count_members(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
+    group_members::table
+        .filter(group_members::group_id.eq(group_id))
+        .count()
+        .get_result(conn)
+}

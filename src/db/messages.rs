@@ -1,0 +1,138 @@
+//! Queries on `group_msgs`: the idempotent send and the two page directions.
+
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+
+use super::groups::allocate_msg_id;
+use super::members::{access, advance_cursors, Access};
+use super::models::{now_utc, MessageRow, NewMessage};
+use super::AnyConnection;
+use crate::schema::group_msgs;
+
+pub enum SendOutcome {
+    Created(MessageRow),
+    /// The sender already sent this `client_msg_id` to this group: the original message.
+    Existing(MessageRow),
+    NoGroup,
+    NotMember,
+}
+
+/// Stores a message once. A retry or a racing duplicate with the same `client_msg_id` gets
+/// the original: the unique index decides the race, and the loser's transaction (with its id
+/// increment) rolls back, so ids stay contiguous.
+pub fn send(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    sender_id: &str,
+    client_msg_id: &str,
+    content: &str,
+) -> QueryResult<SendOutcome> {
+    match access(conn, group_id, sender_id)? {
+        Access::NoGroup => return Ok(SendOutcome::NoGroup),
+        Access::NotMember(_) => return Ok(SendOutcome::NotMember),
+        Access::Member(..) => {}
+    }
+    if let Some(original) = find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)? {
+        return Ok(SendOutcome::Existing(original));
+    }
+    let stored = conn.transaction(|conn| {
+        let msg_id = allocate_msg_id(conn, group_id)?;
+        let message = NewMessage {
+            group_id,
+            msg_id,
+            sender_id,
+            client_msg_id,
+            content,
+            created_at: now_utc(),
+        };
+        diesel::insert_into(group_msgs::table)
+            .values(&message)
+            .execute(conn)?;
+        // One's own message is never unread: the sender's cursors move to it.
+        advance_cursors(conn, group_id, sender_id, msg_id, msg_id)?;
+        Ok(MessageRow {
+            group_id,
+            msg_id,
+            sender_id: sender_id.to_owned(),
+            client_msg_id: client_msg_id.to_owned(),
+            content: content.to_owned(),
+            created_at: message.created_at,
+        })
+    });
+    match stored {
+        Ok(row) => Ok(SendOutcome::Created(row)),
+        Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+            find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
+                .map(SendOutcome::Existing)
+                .ok_or(DieselError::NotFound)
+        }
+        // The sender's membership row vanished between the check and the write.
+        Err(DieselError::NotFound) => Ok(SendOutcome::NotMember),
+        Err(e) => Err(e),
+    }
+}
+
+pub fn find_by_client_msg_id(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    sender_id: &str,
+    client_msg_id: &str,
+) -> QueryResult<Option<MessageRow>> {
+    group_msgs::table
+        .filter(group_msgs::group_id.eq(group_id))
+        .filter(group_msgs::sender_id.eq(sender_id))
+        .filter(group_msgs::client_msg_id.eq(client_msg_id))
+        .select(MessageRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+pub fn find_message(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    msg_id: i64,
+) -> QueryResult<Option<MessageRow>> {
+    group_msgs::table
+        .filter(group_msgs::group_id.eq(group_id))
+        .filter(group_msgs::msg_id.eq(msg_id))
+        .select(MessageRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// Up to `limit` messages with ids above `after_msg_id`, ascending.
+pub fn page_after(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    after_msg_id: i64,
+    limit: i64,
+) -> QueryResult<Vec<MessageRow>> {
+    group_msgs::table
+        .filter(group_msgs::group_id.eq(group_id))
+        .filter(group_msgs::msg_id.gt(after_msg_id))
+        .order(group_msgs::msg_id.asc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(conn)
+}
+
+/// Up to `limit` messages with ids below `before_msg_id` and above `floor_msg_id`, the newest
+/// ones first in the query, returned ascending.
+pub fn page_before(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    before_msg_id: i64,
+    floor_msg_id: i64,
+    limit: i64,
+) -> QueryResult<Vec<MessageRow>> {
+    let mut rows: Vec<MessageRow> = group_msgs::table
+        .filter(group_msgs::group_id.eq(group_id))
+        .filter(group_msgs::msg_id.lt(before_msg_id))
+        .filter(group_msgs::msg_id.gt(floor_msg_id))
+        .order(group_msgs::msg_id.desc())
+        .limit(limit)
+        .select(MessageRow::as_select())
+        .load(conn)?;
+    rows.reverse();
+    Ok(rows)
+}

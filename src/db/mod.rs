@@ -1,0 +1,286 @@
+//! Database access: one connection type over SQLite and PostgreSQL, pools, and migrations.
+//!
+//! Everything below `db::` is plain diesel: no HTTP types. Handlers reach it only through
+//! [`Db::read`] and [`Db::write`], which run the closure on a blocking thread with a pooled
+//! connection, so an async worker never waits on the database.
+
+pub mod cursors;
+pub mod groups;
+pub mod members;
+pub mod messages;
+pub mod models;
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::R2D2Connection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+/// A connection to either engine. Queries written against it run on both.
+#[derive(diesel::MultiConnection)]
+pub enum AnyConnection {
+    Postgresql(diesel::PgConnection),
+    Sqlite(diesel::SqliteConnection),
+}
+
+/// Runs one diesel expression on the concrete connection inside an [`AnyConnection`], for the
+/// few query shapes MultiConnection cannot express (multi-row inserts, `ON CONFLICT`).
+#[macro_export]
+macro_rules! on_engine {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::db::AnyConnection::Postgresql($c) => $body,
+            $crate::db::AnyConnection::Sqlite($c) => $body,
+        }
+    };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    /// The engine is chosen from the URL scheme, never by trial: trying PostgreSQL first would
+    /// hide the real reason an unreachable server failed.
+    pub fn from_url(url: &str) -> Engine {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Engine::Postgres
+        } else {
+            Engine::Sqlite
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// No connection could be had in time, or the server is unreachable: the caller may retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Query(#[from] diesel::result::Error),
+    #[error("database task panicked or was cancelled")]
+    Task,
+}
+
+impl From<r2d2::Error> for DbError {
+    fn from(e: r2d2::Error) -> Self {
+        DbError::Unavailable(e.to_string())
+    }
+}
+
+impl DbError {
+    /// True when the database (not the request) is at fault and a retry may succeed.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            DbError::Unavailable(_) => true,
+            DbError::Query(diesel::result::Error::DatabaseError(kind, _)) => matches!(
+                kind,
+                diesel::result::DatabaseErrorKind::ClosedConnection
+                    | diesel::result::DatabaseErrorKind::SerializationFailure
+            ),
+            DbError::Query(diesel::result::Error::BrokenTransactionManager) => true,
+            _ => false,
+        }
+    }
+}
+
+pub struct ConnectionManager {
+    url: String,
+    engine: Engine,
+    sqlite_synchronous: String,
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = AnyConnection;
+    type Error = diesel::ConnectionError;
+
+    fn connect(&self) -> Result<AnyConnection, diesel::ConnectionError> {
+        match self.engine {
+            Engine::Postgres => {
+                diesel::PgConnection::establish(&self.url).map(AnyConnection::Postgresql)
+            }
+            Engine::Sqlite => {
+                let mut conn = diesel::SqliteConnection::establish(&self.url)?;
+                // WAL lets readers run beside the single writer; the busy timeout only matters
+                // for outside tools, since Chorus itself never has two writers.
+                let pragmas = format!(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
+                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+                    self.sqlite_synchronous
+                );
+                conn.batch_execute(&pragmas)
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(AnyConnection::Sqlite(conn))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), diesel::ConnectionError> {
+        conn.batch_execute("SELECT 1")
+            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)
+    }
+
+    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
+        match conn {
+            AnyConnection::Postgresql(c) => c.is_broken(),
+            AnyConnection::Sqlite(c) => c.is_broken(),
+        }
+    }
+}
+
+pub type Pool = r2d2::Pool<ConnectionManager>;
+
+#[derive(Clone, Debug)]
+pub struct DbSettings {
+    pub url: String,
+    pub pool_size: u32,
+    pub pool_timeout: Duration,
+    pub sqlite_synchronous: String,
+}
+
+/// The pools. On SQLite all writes go through one connection (a writer lane): several writer
+/// connections starve each other into "database is locked", one is both faster and safe.
+/// On PostgreSQL readers and writers share one pool.
+#[derive(Clone)]
+pub struct Db {
+    engine: Engine,
+    writer: Pool,
+    reader: Pool,
+}
+
+impl Db {
+    pub fn connect(settings: &DbSettings) -> Result<Db, DbError> {
+        let engine = Engine::from_url(&settings.url);
+        let build = |size: u32| {
+            r2d2::Pool::builder()
+                .max_size(size)
+                .min_idle(Some(size.min(2)))
+                .connection_timeout(settings.pool_timeout)
+                .build(ConnectionManager {
+                    url: settings.url.clone(),
+                    engine,
+                    sqlite_synchronous: settings.sqlite_synchronous.clone(),
+                })
+        };
+        let db = match engine {
+            Engine::Sqlite => Db {
+                engine,
+                writer: build(1)?,
+                reader: build(settings.pool_size.max(1))?,
+            },
+            Engine::Postgres => {
+                let pool = build(settings.pool_size.max(2))?;
+                Db {
+                    engine,
+                    writer: pool.clone(),
+                    reader: pool,
+                }
+            }
+        };
+        Ok(db)
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Runs `f` with a reader connection on a blocking thread.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        run_blocking(self.reader.clone(), f).await
+    }
+
+    /// Runs `f` with the writer connection (SQLite) or a pooled one (PostgreSQL).
+    pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        run_blocking(self.writer.clone(), f).await
+    }
+
+    /// Connections checked out and connections idle, summed over the pools.
+    pub fn pool_state(&self) -> (u32, u32) {
+        let w = self.writer.state();
+        if self.engine == Engine::Postgres {
+            return (w.connections - w.idle_connections, w.idle_connections);
+        }
+        let r = self.reader.state();
+        (
+            w.connections - w.idle_connections + r.connections - r.idle_connections,
+            w.idle_connections + r.idle_connections,
+        )
+    }
+}
+
+async fn run_blocking<T, F>(pool: Pool, f: F) -> Result<T, DbError>
+where
+    F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let mut conn = pool.get()?;
+        f(&mut conn).map_err(DbError::from)
+    })
+    .await
+    .map_err(|_| DbError::Task)?
+}
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// An arbitrary constant: instances starting together on one PostgreSQL take turns migrating.
+const MIGRATION_LOCK_KEY: i64 = 0x4348_4f52_5553;
+
+/// Applies pending migrations; returns how many ran.
+pub fn run_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> {
+    let applied = match conn {
+        AnyConnection::Postgresql(c) => {
+            c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))?;
+            let result = c
+                .run_pending_migrations(POSTGRES_MIGRATIONS)
+                .map(|v| v.len());
+            c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))?;
+            result
+        }
+        AnyConnection::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
+    };
+    applied.map_err(|e| anyhow::anyhow!("migration failed: {e}"))
+}
+
+/// Reverts every applied migration (used by tests that check each `down.sql`).
+pub fn revert_all_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> {
+    let reverted = match conn {
+        AnyConnection::Postgresql(c) => c
+            .revert_all_migrations(POSTGRES_MIGRATIONS)
+            .map(|v| v.len()),
+        AnyConnection::Sqlite(c) => c.revert_all_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
+    };
+    reverted.map_err(|e| anyhow::anyhow!("migration revert failed: {e}"))
+}
+
+/// True when the database answers and no migration is pending.
+pub fn is_ready(conn: &mut AnyConnection) -> bool {
+    let pending = match conn {
+        AnyConnection::Postgresql(c) => c.has_pending_migration(POSTGRES_MIGRATIONS),
+        AnyConnection::Sqlite(c) => c.has_pending_migration(SQLITE_MIGRATIONS),
+    };
+    matches!(pending, Ok(false))
+}
+
+/// Opens a single connection outside any pool (start-up, `chorus migrate`).
+pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
+    use r2d2::ManageConnection;
+    ConnectionManager {
+        url: settings.url.clone(),
+        engine: Engine::from_url(&settings.url),
+        sqlite_synchronous: settings.sqlite_synchronous.clone(),
+    }
+    .connect()
+}

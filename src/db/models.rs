@@ -1,0 +1,119 @@
+//! Row structs (what a query returns) kept apart from insert forms (what a write takes).
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+use crate::schema::{group_members, group_msgs, groups};
+
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = groups)]
+pub struct GroupRow {
+    pub group_id: i64,
+    pub name: String,
+    pub owner_id: String,
+    pub last_msg_id: i64,
+    pub created_at: NaiveDateTime,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = groups)]
+pub struct NewGroup<'a> {
+    pub name: &'a str,
+    pub owner_id: &'a str,
+    pub last_msg_id: i64,
+    pub created_at: NaiveDateTime,
+}
+
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = group_members)]
+pub struct MemberRow {
+    pub group_id: i64,
+    pub user_id: String,
+    pub role: String,
+    pub joined_after_msg_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub joined_at: NaiveDateTime,
+}
+
+#[derive(Insertable, Clone)]
+#[diesel(table_name = group_members)]
+pub struct NewMember {
+    pub group_id: i64,
+    pub user_id: String,
+    pub role: String,
+    pub joined_after_msg_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub joined_at: NaiveDateTime,
+}
+
+impl NewMember {
+    /// A member who joins now: their cursors start at the group's current last message.
+    pub fn joining(
+        group_id: i64,
+        user_id: &str,
+        role: Role,
+        last_msg_id: i64,
+        now: NaiveDateTime,
+    ) -> Self {
+        NewMember {
+            group_id,
+            user_id: user_id.to_owned(),
+            role: role.as_str().to_owned(),
+            joined_after_msg_id: last_msg_id,
+            last_ack_msg_id: last_msg_id,
+            last_read_msg_id: last_msg_id,
+            joined_at: now,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Owner,
+    Member,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Member => "member",
+        }
+    }
+}
+
+impl MemberRow {
+    pub fn is_owner(&self) -> bool {
+        self.role == Role::Owner.as_str()
+    }
+}
+
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = group_msgs)]
+pub struct MessageRow {
+    pub group_id: i64,
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub client_msg_id: String,
+    pub content: String,
+    pub created_at: NaiveDateTime,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = group_msgs)]
+pub struct NewMessage<'a> {
+    pub group_id: i64,
+    pub msg_id: i64,
+    pub sender_id: &'a str,
+    pub client_msg_id: &'a str,
+    pub content: &'a str,
+    pub created_at: NaiveDateTime,
+}
+
+/// Now, in UTC, truncated to microseconds so both engines store the same value.
+pub fn now_utc() -> NaiveDateTime {
+    use chrono::{SubsecRound, Utc};
+    Utc::now().naive_utc().trunc_subsecs(6)
+}

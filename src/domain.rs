@@ -1,0 +1,174 @@
+//! Validated inputs. Handlers parse raw request fields into these types at the boundary; the
+//! rest of the code trusts them. Every bound here is documented in README and openapi.yaml.
+
+use std::fmt;
+
+pub const MAX_USER_ID_LEN: usize = 64;
+pub const MAX_CLIENT_MSG_ID_LEN: usize = 128;
+pub const MAX_CONTENT_BYTES: usize = 16 * 1024;
+pub const MAX_GROUP_NAME_CHARS: usize = 200;
+pub const MAX_IDS_PER_REQUEST: usize = 1000;
+pub const MAX_ACKS_PER_REQUEST: usize = 500;
+pub const MAX_GROUP_MEMBERS: i64 = 10_000;
+pub const DEFAULT_PAGE_LIMIT: i64 = 50;
+pub const MAX_PAGE_LIMIT: i64 = 200;
+pub const MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
+
+/// A field failed validation; the message names the field and the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError(pub String);
+
+impl std::error::Error for ValidationError {}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn invalid(field: &str, rule: &str) -> ValidationError {
+    ValidationError(format!("{field}: {rule}"))
+}
+
+/// A user id: 1–64 characters from `A-Z a-z 0-9 . _ @ : -`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UserId(String);
+
+impl UserId {
+    pub fn parse(field: &str, raw: &str) -> Result<UserId, ValidationError> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "._@:-".contains(c);
+        if raw.is_empty() || raw.len() > MAX_USER_ID_LEN || !raw.chars().all(allowed) {
+            return Err(invalid(
+                field,
+                "must be 1-64 characters from A-Z a-z 0-9 . _ @ : -",
+            ));
+        }
+        Ok(UserId(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A list of distinct user ids, in first-seen order.
+pub fn parse_user_ids(field: &str, raw: &[String]) -> Result<Vec<String>, ValidationError> {
+    if raw.len() > MAX_IDS_PER_REQUEST {
+        return Err(invalid(field, "at most 1000 ids per request"));
+    }
+    let mut ids: Vec<String> = Vec::with_capacity(raw.len());
+    for (i, id) in raw.iter().enumerate() {
+        let id = UserId::parse(&format!("{field}[{i}]"), id)?;
+        if !ids.iter().any(|known| known == id.as_str()) {
+            ids.push(id.0);
+        }
+    }
+    Ok(ids)
+}
+
+/// The sender's idempotency key: 1–128 printable ASCII characters, no spaces.
+pub fn parse_client_msg_id(raw: &str) -> Result<String, ValidationError> {
+    let printable = |c: char| c.is_ascii_graphic();
+    if raw.is_empty() || raw.len() > MAX_CLIENT_MSG_ID_LEN || !raw.chars().all(printable) {
+        return Err(invalid(
+            "client_msg_id",
+            "must be 1-128 printable ASCII characters without spaces",
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+/// Message text: 1 byte to 16 KiB of UTF-8 with no NUL (PostgreSQL text cannot hold one).
+pub fn parse_content(raw: &str) -> Result<String, ValidationError> {
+    if raw.is_empty() || raw.len() > MAX_CONTENT_BYTES || raw.contains('\0') {
+        return Err(invalid(
+            "content",
+            "must be 1-16384 bytes of UTF-8 text without NUL characters",
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+/// A group name: 1–200 characters, no control characters, not only spaces.
+pub fn parse_group_name(raw: &str) -> Result<String, ValidationError> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty()
+        || raw.chars().count() > MAX_GROUP_NAME_CHARS
+        || raw.chars().any(char::is_control)
+    {
+        return Err(invalid(
+            "name",
+            "must be 1-200 characters without control characters",
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// A page size: absent means the default, otherwise 1–200.
+pub fn parse_limit(raw: Option<i64>) -> Result<i64, ValidationError> {
+    match raw {
+        None => Ok(DEFAULT_PAGE_LIMIT),
+        Some(n) if (1..=MAX_PAGE_LIMIT).contains(&n) => Ok(n),
+        Some(_) => Err(invalid("limit", "must be between 1 and 200")),
+    }
+}
+
+/// A message id or cursor value: zero or more.
+pub fn parse_msg_id(field: &str, raw: i64) -> Result<i64, ValidationError> {
+    if raw < 0 {
+        return Err(invalid(field, "must be zero or more"));
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_ids_are_deduplicated_in_order() {
+        let raw = vec!["bob".to_owned(), "amy".to_owned(), "bob".to_owned()];
+        assert_eq!(
+            parse_user_ids("member_ids", &raw).unwrap(),
+            vec!["bob", "amy"]
+        );
+    }
+
+    #[test]
+    fn user_id_rejects_spaces_quotes_and_length() {
+        assert!(UserId::parse("u", "a b").is_err());
+        assert!(UserId::parse("u", "x'; DROP TABLE groups;--").is_err());
+        assert!(UserId::parse("u", &"a".repeat(65)).is_err());
+        assert!(UserId::parse("u", "").is_err());
+        assert!(UserId::parse("u", "alice@example.com").is_ok());
+    }
+
+    #[test]
+    fn content_rejects_nul_and_oversize_but_keeps_unicode() {
+        assert!(parse_content("a\0b").is_err());
+        assert!(parse_content(&"x".repeat(MAX_CONTENT_BYTES + 1)).is_err());
+        assert!(parse_content("").is_err());
+        assert_eq!(parse_content("你好 👋").unwrap(), "你好 👋");
+    }
+
+    #[test]
+    fn limit_defaults_and_bounds() {
+        assert_eq!(parse_limit(None).unwrap(), DEFAULT_PAGE_LIMIT);
+        assert!(parse_limit(Some(0)).is_err());
+        assert!(parse_limit(Some(201)).is_err());
+        assert_eq!(parse_limit(Some(200)).unwrap(), 200);
+    }
+
+    #[test]
+    fn group_name_is_trimmed_and_rejects_control_characters() {
+        assert_eq!(parse_group_name("  team  ").unwrap(), "team");
+        assert!(parse_group_name("   ").is_err());
+        assert!(parse_group_name("a\nb").is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! Chorus: group messages over plain HTTP. One stored copy per message, one cursor pair per
+//! member, offline pull by pages with application-level acks.
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod schema;
+pub mod startup;

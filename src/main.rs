@@ -1,0 +1,45 @@
+//! The `chorus` command: serve (default), migrate, token.
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use chorus::config::{Cli, Command, LogFormat, Settings};
+use chorus::domain::UserId;
+use chorus::startup::{load_keys, Application};
+
+fn init_logging(settings: &Settings) {
+    let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match settings.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(&cli.settings);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            Application::build(&cli.settings)
+                .await?
+                .run_until_stopped()
+                .await?
+        }
+        Command::Migrate => {
+            let db_settings = cli.settings.db_settings()?;
+            let mut conn = chorus::db::connect_once(&db_settings)?;
+            let applied = chorus::db::run_migrations(&mut conn)?;
+            println!("{applied} migration(s) applied");
+        }
+        Command::Token { user_id, ttl_hours } => {
+            let user = UserId::parse("user_id", &user_id)?;
+            let keys = load_keys(&cli.settings)?;
+            println!("{}", keys.issue(&user, ttl_hours.saturating_mul(3600))?);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! Table definitions, kept by hand so ids are BigInt on both engines (print-schema says Integer
+//! on SQLite). Columns maintained only by the database (PostgreSQL's `tx`) are left out on purpose.
+
+diesel::table! {
+    groups (group_id) {
+        group_id -> BigInt,
+        name -> Text,
+        owner_id -> Text,
+        last_msg_id -> BigInt,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    group_members (group_id, user_id) {
+        group_id -> BigInt,
+        user_id -> Text,
+        role -> Text,
+        joined_after_msg_id -> BigInt,
+        last_ack_msg_id -> BigInt,
+        last_read_msg_id -> BigInt,
+        joined_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    group_msgs (id) {
+        id -> BigInt,
+        group_id -> BigInt,
+        msg_id -> BigInt,
+        sender_id -> Text,
+        client_msg_id -> Text,
+        content -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::joinable!(group_members -> groups (group_id));
+diesel::joinable!(group_msgs -> groups (group_id));
+diesel::allow_tables_to_appear_in_same_query!(groups, group_members, group_msgs);
