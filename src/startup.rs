@@ -30,6 +30,12 @@ impl Application {
         }
         let db = Db::connect(&db_settings)?;
         let keys = load_keys(settings)?;
+        if keys.development {
+            tracing::warn!(
+                data_dir = %settings.data_dir.display(),
+                "development mode: no CHORUS_JWT_SECRET set, using a generated secret from the data directory"
+            );
+        }
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
         let state = web::Data::new(AppState { db, keys });
@@ -59,12 +65,6 @@ impl Application {
 pub fn load_keys(settings: &Settings) -> anyhow::Result<TokenKeys> {
     let (secret, development) =
         auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
-    if development {
-        tracing::warn!(
-            data_dir = %settings.data_dir.display(),
-            "development mode: no CHORUS_JWT_SECRET set, using a generated secret from the data directory"
-        );
-    }
     Ok(TokenKeys::new(&secret, development)?)
 }
 

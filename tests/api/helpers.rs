@@ -1,0 +1,390 @@
+//! The black-box harness: a real server on port 0 per test, its own database (a temporary
+//! SQLite file, or a fresh PostgreSQL database dropped afterwards), a real HTTP client, and a
+//! check of every response body against the schema `openapi.yaml` gives for it.
+
+use std::sync::OnceLock;
+
+use chorus::auth::TokenKeys;
+use chorus::config::{Settings, SqliteSync};
+use chorus::domain::UserId;
+use chorus::startup::Application;
+use diesel::{Connection, PgConnection, RunQueryDsl};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+pub const TEST_SECRET: &str = "test-secret-test-secret-test-secret-0123";
+pub const PG_URL_VAR: &str = "CHORUS_TEST_DATABASE_URL";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates `mod <scenario> { fn sqlite(); fn postgres(); }` for scenarios written once as
+/// `async fn <scenario>(app: TestApp)`. The PostgreSQL run needs CHORUS_TEST_DATABASE_URL.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let app = $crate::helpers::spawn_app($crate::helpers::Backend::Sqlite).await;
+                super::$scenario(app.expect("sqlite app")).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                match $crate::helpers::spawn_app($crate::helpers::Backend::Postgres).await {
+                    Some(app) => super::$scenario(app).await,
+                    None => eprintln!("skipped: {} is not set", $crate::helpers::PG_URL_VAR),
+                }
+            }
+        }
+    )* };
+}
+
+/// A database that exists for one test only.
+pub enum TestDb {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, name: String },
+}
+
+impl TestDb {
+    /// Creates the database; returns it with its URL. None when PostgreSQL is not configured.
+    pub fn create(backend: Backend, data_dir: &std::path::Path) -> Option<(TestDb, String)> {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = dir.path().join("chorus.sqlite3").display().to_string();
+                Some((TestDb::Sqlite(dir), url))
+            }
+            Backend::Postgres => {
+                let admin_url = std::env::var(PG_URL_VAR).ok()?;
+                let name = format!("chorus_test_{}", random_suffix());
+                let mut conn =
+                    PgConnection::establish(&admin_url).expect("connect to test PostgreSQL");
+                diesel::sql_query(format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .expect("create test database");
+                let _ = data_dir;
+                let url = database_url_for(&admin_url, &name);
+                Some((TestDb::Postgres { admin_url, name }, url))
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let TestDb::Postgres { admin_url, name } = self {
+            if let Ok(mut conn) = PgConnection::establish(admin_url) {
+                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn);
+            }
+        }
+    }
+}
+
+/// The admin URL with its database name replaced.
+pub fn database_url_for(admin_url: &str, name: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (admin_url, String::new()),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[authority_start..].find('/') {
+        Some(slash) => &base[..authority_start + slash],
+        None => base,
+    };
+    format!("{base}/{name}{query}")
+}
+
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    let n: u64 = rand::rng().random();
+    format!("{n:016x}")
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    keys: TokenKeys,
+    _data_dir: tempfile::TempDir,
+    _db: TestDb,
+}
+
+/// A response with its status and JSON body (Null when there is none), already checked
+/// against the spec.
+#[derive(Debug)]
+pub struct TestResponse {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl TestResponse {
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+pub fn test_settings(database_url: &str, data_dir: &std::path::Path) -> Settings {
+    let mut settings = Settings::defaults();
+    settings.bind = "127.0.0.1:0".into();
+    settings.database_url = Some(database_url.to_owned());
+    settings.data_dir = data_dir.to_path_buf();
+    settings.jwt_secret = Some(TEST_SECRET.into());
+    settings.pool_size = 4;
+    settings.workers = 2;
+    settings.sqlite_sync = SqliteSync::Normal;
+    settings
+}
+
+pub async fn spawn_app(backend: Backend) -> Option<TestApp> {
+    spawn_app_with(backend, |_| {}).await
+}
+
+pub async fn spawn_app_with(
+    backend: Backend,
+    adjust: impl FnOnce(&mut Settings),
+) -> Option<TestApp> {
+    let data_dir = tempfile::tempdir().expect("data dir");
+    let (db, database_url) = TestDb::create(backend, data_dir.path())?;
+    let mut settings = test_settings(&database_url, data_dir.path());
+    adjust(&mut settings);
+    let app = Application::build(&settings)
+        .await
+        .expect("build application");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    tokio::spawn(app.run_until_stopped());
+    Some(TestApp {
+        address,
+        client: reqwest::Client::new(),
+        keys: TokenKeys::new(TEST_SECRET.as_bytes(), false).expect("keys"),
+        _data_dir: data_dir,
+        _db: db,
+    })
+}
+
+impl TestApp {
+    pub fn token(&self, user: &str) -> String {
+        let user = UserId::parse("user", user).expect("valid test user id");
+        self.keys.issue(&user, 3600).expect("token")
+    }
+
+    /// Sends a request as `user` (None: no Authorization header) and checks the response
+    /// against the spec entry for `template` (the path as written in openapi.yaml).
+    pub async fn call(
+        &self,
+        method: Method,
+        template: &str,
+        path: &str,
+        user: Option<&str>,
+        body: Option<Value>,
+    ) -> TestResponse {
+        let mut request = self
+            .client
+            .request(method.clone(), format!("{}{}", self.address, path));
+        if let Some(user) = user {
+            request = request.bearer_auth(self.token(user));
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| {
+                panic!("{method} {path} -> {status}: body is not JSON ({e}): {text}")
+            })
+        };
+        check_against_spec(method.as_str(), template, status, &body);
+        TestResponse { status, body }
+    }
+
+    pub async fn create_group(&self, user: &str, name: &str, members: &[&str]) -> TestResponse {
+        let body = json!({"name": name, "member_ids": members});
+        self.call(
+            Method::POST,
+            "/v1/groups",
+            "/v1/groups",
+            Some(user),
+            Some(body),
+        )
+        .await
+    }
+
+    /// Creates a group and returns its id, failing the test on anything but 201.
+    pub async fn group_with(&self, owner: &str, members: &[&str]) -> i64 {
+        let r = self.create_group(owner, "test group", members).await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        r.body["group_id"].as_i64().expect("group_id")
+    }
+
+    pub async fn get_group(&self, user: &str, group_id: i64) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}");
+        self.call(
+            Method::GET,
+            "/v1/groups/{group_id}",
+            &path,
+            Some(user),
+            None,
+        )
+        .await
+    }
+
+    pub async fn list_members(&self, user: &str, group_id: i64, query: &str) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/members{query}");
+        self.call(
+            Method::GET,
+            "/v1/groups/{group_id}/members",
+            &path,
+            Some(user),
+            None,
+        )
+        .await
+    }
+
+    pub async fn add_members(&self, user: &str, group_id: i64, ids: &[&str]) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/members");
+        let body = json!({ "user_ids": ids });
+        self.call(
+            Method::POST,
+            "/v1/groups/{group_id}/members",
+            &path,
+            Some(user),
+            Some(body),
+        )
+        .await
+    }
+
+    pub async fn remove_member(&self, user: &str, group_id: i64, target: &str) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/members/{target}");
+        self.call(
+            Method::DELETE,
+            "/v1/groups/{group_id}/members/{user_id}",
+            &path,
+            Some(user),
+            None,
+        )
+        .await
+    }
+
+    pub async fn send(
+        &self,
+        user: &str,
+        group_id: i64,
+        client_msg_id: &str,
+        content: &str,
+    ) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/messages");
+        let body = json!({"client_msg_id": client_msg_id, "content": content});
+        self.call(
+            Method::POST,
+            "/v1/groups/{group_id}/messages",
+            &path,
+            Some(user),
+            Some(body),
+        )
+        .await
+    }
+
+    /// Sends and returns the new msg_id, failing the test on anything but 201.
+    pub async fn send_ok(&self, user: &str, group_id: i64, content: &str) -> i64 {
+        let client_msg_id = format!("c-{}", random_suffix());
+        let r = self.send(user, group_id, &client_msg_id, content).await;
+        assert_eq!(r.status, 201, "{:?}", r.body);
+        r.body["msg_id"].as_i64().expect("msg_id")
+    }
+
+    pub async fn list_messages(&self, user: &str, group_id: i64, query: &str) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/messages{query}");
+        self.call(
+            Method::GET,
+            "/v1/groups/{group_id}/messages",
+            &path,
+            Some(user),
+            None,
+        )
+        .await
+    }
+
+    pub async fn ack(&self, user: &str, group_id: i64, body: Value) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/ack");
+        self.call(
+            Method::POST,
+            "/v1/groups/{group_id}/ack",
+            &path,
+            Some(user),
+            Some(body),
+        )
+        .await
+    }
+
+    pub async fn ack_many(&self, user: &str, body: Value) -> TestResponse {
+        self.call(Method::POST, "/v1/acks", "/v1/acks", Some(user), Some(body))
+            .await
+    }
+
+    pub async fn my_groups(&self, user: &str, query: &str) -> TestResponse {
+        let path = format!("/v1/me/groups{query}");
+        self.call(Method::GET, "/v1/me/groups", &path, Some(user), None)
+            .await
+    }
+}
+
+pub fn spec() -> &'static Value {
+    static SPEC: OnceLock<Value> = OnceLock::new();
+    SPEC.get_or_init(|| {
+        let yaml: serde_yaml::Value =
+            serde_yaml::from_str(chorus::api::meta::OPENAPI_YAML).expect("openapi.yaml parses");
+        serde_json::to_value(yaml).expect("openapi.yaml converts to JSON")
+    })
+}
+
+/// Fails the test when `status` is not documented for the operation, or the body does not
+/// match the documented schema.
+pub fn check_against_spec(method: &str, template: &str, status: u16, body: &Value) {
+    let operation = &spec()["paths"][template][method.to_lowercase()];
+    assert!(
+        operation.is_object(),
+        "{method} {template} is not in openapi.yaml"
+    );
+    let response = resolve(&operation["responses"][status.to_string()]);
+    assert!(
+        response.is_object(),
+        "{method} {template} answered {status}, which openapi.yaml does not document: {body}"
+    );
+    let schema = &response["content"]["application/json"]["schema"];
+    if schema.is_null() {
+        assert!(
+            body.is_null(),
+            "{method} {template} {status}: spec says no JSON body, got {body}"
+        );
+        return;
+    }
+    let mut root = schema.as_object().cloned().unwrap_or_default();
+    root.insert("components".into(), spec()["components"].clone());
+    let validator = jsonschema::draft202012::new(&Value::Object(root)).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {template} {status}: body does not match openapi.yaml: {errors:?}\nbody: {body}"
+    );
+}
+
+/// Follows a `$ref` to `#/components/...` once.
+fn resolve(value: &Value) -> &Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference.trim_start_matches('#');
+            spec().pointer(pointer).unwrap_or(&Value::Null)
+        }
+        None => value,
+    }
+}

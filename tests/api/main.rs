@@ -1,0 +1,13 @@
+//! Black-box tests of the HTTP API, in one binary. Every scenario runs on SQLite and, when
+//! CHORUS_TEST_DATABASE_URL is set, on PostgreSQL.
+
+mod helpers;
+
+mod acks;
+mod auth;
+mod bad_input;
+mod groups;
+mod messages;
+mod migrations;
+mod offline_pull;
+mod spec_drift;
