@@ -104,6 +104,38 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_WORKERS", default_value_t = 0, global = true)]
     pub workers: usize,
 
+    /// How long receipt changes are kept for `/v1/receipts`, and how old a long-poll cursor
+    /// may be before it gets 410 `cursor_expired`.
+    #[arg(long, env = "CHORUS_RECEIPT_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true)]
+    pub receipt_retention_secs: i64,
+
+    /// How often the retention job deletes expired receipt changes.
+    #[arg(
+        long,
+        env = "CHORUS_RETENTION_INTERVAL_SECS",
+        default_value_t = 60,
+        global = true
+    )]
+    pub retention_interval_secs: u64,
+
+    /// Long-polls one user may have waiting at once; more get 429.
+    #[arg(
+        long,
+        env = "CHORUS_LONGPOLL_MAX_PER_USER",
+        default_value_t = 8,
+        global = true
+    )]
+    pub longpoll_max_per_user: usize,
+
+    /// Long-polls the server holds at once; more get 429.
+    #[arg(
+        long,
+        env = "CHORUS_LONGPOLL_MAX_TOTAL",
+        default_value_t = 20_000,
+        global = true
+    )]
+    pub longpoll_max_total: usize,
+
     /// Log output format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -127,6 +159,10 @@ impl fmt::Debug for Settings {
             .field("pool_timeout_ms", &self.pool_timeout_ms)
             .field("sqlite_sync", &self.sqlite_sync)
             .field("workers", &self.workers)
+            .field("receipt_retention_secs", &self.receipt_retention_secs)
+            .field("retention_interval_secs", &self.retention_interval_secs)
+            .field("longpoll_max_per_user", &self.longpoll_max_per_user)
+            .field("longpoll_max_total", &self.longpoll_max_total)
             .field("log_format", &self.log_format)
             .finish()
     }
@@ -144,6 +180,10 @@ impl Settings {
             pool_timeout_ms: 3000,
             sqlite_sync: SqliteSync::Full,
             workers: 0,
+            receipt_retention_secs: 7 * 24 * 3600,
+            retention_interval_secs: 60,
+            longpoll_max_per_user: 8,
+            longpoll_max_total: 20_000,
             log_format: LogFormat::Text,
             log: "info".into(),
         }

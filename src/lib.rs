@@ -6,5 +6,8 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod notify;
+pub mod retention;
 pub mod schema;
 pub mod startup;
+pub mod wake;

@@ -37,4 +37,17 @@ diesel::table! {
 
 diesel::joinable!(group_members -> groups (group_id));
 diesel::joinable!(group_msgs -> groups (group_id));
-diesel::allow_tables_to_appear_in_same_query!(groups, group_members, group_msgs);
+diesel::allow_tables_to_appear_in_same_query!(groups, group_members, group_msgs, receipt_events);
+
+diesel::table! {
+    receipt_events (id) {
+        id -> BigInt,
+        group_id -> BigInt,
+        reader_id -> Text,
+        from_msg_id -> BigInt,
+        to_msg_id -> BigInt,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::joinable!(receipt_events -> groups (group_id));

@@ -2,14 +2,18 @@
 //! Tests bind port 0 and read the port back.
 
 use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
 
-use actix_web::dev::Server;
+use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 
-use crate::api::{self, extract, AppState};
+use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
-use crate::db::{self, Db};
+use crate::db::{self, Db, Engine};
+use crate::notify::{self, Notifier, WaiterLimits};
+use crate::retention;
 
 pub struct Application {
     port: u16,
@@ -38,7 +42,29 @@ impl Application {
         }
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
-        let state = web::Data::new(AppState { db, keys });
+        let notifier = Notifier::new(WaiterLimits {
+            per_user: settings.longpoll_max_per_user,
+            total: settings.longpoll_max_total,
+        });
+        if db.engine() == Engine::Postgres {
+            tokio::spawn(notify::run_pg_listener(
+                db_settings.url.clone(),
+                notifier.clone(),
+            ));
+        }
+        tokio::spawn(retention::run(
+            db.clone(),
+            settings.receipt_retention_secs,
+            Duration::from_secs(settings.retention_interval_secs),
+        ));
+        let state = web::Data::new(AppState {
+            db,
+            keys,
+            notifier,
+            longpoll: LongPollSettings {
+                retention_secs: settings.receipt_retention_secs,
+            },
+        });
         let server = build_server(listener, state.clone(), settings.workers)?;
         tracing::info!(address = %settings.bind, port, "listening");
         Ok(Application {
@@ -56,7 +82,22 @@ impl Application {
         self.state.clone()
     }
 
+    /// Something that stops this server from elsewhere (tests; the signal handler).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            handle: self.server.handle(),
+            notifier: self.state.notifier.clone(),
+        }
+    }
+
+    /// Serves until SIGINT/SIGTERM (or a [`Stopper`]); waiting long-polls answer at once.
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let stopper = self.stopper();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            stopper.stop().await;
+        });
         self.server.await
     }
 }
@@ -66,6 +107,35 @@ pub fn load_keys(settings: &Settings) -> anyhow::Result<TokenKeys> {
     let (secret, development) =
         auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
     Ok(TokenKeys::new(&secret, development)?)
+}
+
+#[derive(Clone)]
+pub struct Stopper {
+    handle: ServerHandle,
+    notifier: Arc<Notifier>,
+}
+
+impl Stopper {
+    /// Answers waiting long-polls, then stops accepting and lets in-flight requests finish.
+    pub async fn stop(self) {
+        self.notifier.begin_shutdown();
+        self.handle.stop(true).await;
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn build_server(
@@ -83,6 +153,7 @@ fn build_server(
             .default_service(web::to(extract::route_not_found))
     })
     .shutdown_timeout(5)
+    .disable_signals()
     .listen(listener)?;
     if workers > 0 {
         server = server.workers(workers);

@@ -9,6 +9,7 @@ use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::cursors::{self, AckRejection, AckRequest, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
+use crate::wake::WakeEvent;
 
 #[derive(Deserialize)]
 pub struct AckBody {
@@ -95,11 +96,19 @@ async fn apply(
     batch: bool,
 ) -> Result<Vec<CursorState>, ApiError> {
     let user_id = user.id().to_owned();
+    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| cursors::ack(conn, &user_id, &requests))
+        .write(move |conn| cursors::ack(conn, &user_id, &requests, &instance))
         .await?;
-    outcome.map_err(|rejection| rejection_error(rejection, batch))
+    let states = outcome.map_err(|rejection| rejection_error(rejection, batch))?;
+    state.wake(
+        states
+            .iter()
+            .filter(|s| s.moved)
+            .map(|s| WakeEvent::CursorMoved(s.group_id)),
+    );
+    Ok(states)
 }
 
 fn rejection_error(rejection: AckRejection, batch: bool) -> ApiError {

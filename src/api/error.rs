@@ -38,6 +38,10 @@ pub enum ApiError {
     #[error("{0}")]
     AckBeyondLastMessage(String),
     #[error("{0}")]
+    CursorExpired(String),
+    #[error("{0}")]
+    TooManyWaiters(String),
+    #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -70,6 +74,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
+            ApiError::CursorExpired(_) => "cursor_expired",
+            ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
@@ -91,6 +97,8 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::AckBeyondLastMessage(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::CursorExpired(_) => StatusCode::GONE,
+            ApiError::TooManyWaiters(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -105,7 +113,7 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized(_) => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::TooManyWaiters(_) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}

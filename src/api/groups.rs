@@ -9,6 +9,7 @@ use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{member_of, AppState};
 use crate::db::{groups, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId, MAX_GROUP_MEMBERS};
+use crate::wake::WakeEvent;
 
 #[derive(Deserialize)]
 pub struct CreateGroupBody {
@@ -26,10 +27,13 @@ pub async fn create_group(
     let name = parse_group_name(&body.name)?;
     let member_ids = parse_user_ids("member_ids", &body.member_ids)?;
     let owner = user.id().to_owned();
+    let instance = state.instance();
+    let added = member_ids.clone();
     let (group, member_count) = state
         .db
-        .write(move |conn| groups::create_group(conn, &owner, &name, &member_ids))
+        .write(move |conn| groups::create_group(conn, &owner, &name, &member_ids, &instance))
         .await?;
+    state.wake(added.into_iter().map(WakeEvent::MemberAdded));
     Ok(HttpResponse::Created().json(GroupView::new(group, member_count)))
 }
 
@@ -107,12 +111,18 @@ pub async fn add_members(
             "only the group owner may add members".into(),
         ));
     }
+    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| members::add_members(conn, group_id, &user_ids, MAX_GROUP_MEMBERS))
+        .write(move |conn| {
+            members::add_members(conn, group_id, &user_ids, MAX_GROUP_MEMBERS, &instance)
+        })
         .await?;
     match outcome {
-        members::AddOutcome::Added(added) => Ok(HttpResponse::Ok().json(AddedMembers { added })),
+        members::AddOutcome::Added(added) => {
+            state.wake(added.iter().cloned().map(WakeEvent::MemberAdded));
+            Ok(HttpResponse::Ok().json(AddedMembers { added }))
+        }
         members::AddOutcome::TooMany { current, max } => Err(ApiError::Conflict(format!(
             "a group holds at most {max} members; it has {current}"
         ))),
@@ -139,12 +149,14 @@ pub async fn remove_member(
             "the owner cannot leave their group".into(),
         ));
     }
+    let instance = state.instance();
     let removed = state
         .db
-        .write(move |conn| members::remove_member(conn, group_id, target.as_str()))
+        .write(move |conn| members::remove_member(conn, group_id, target.as_str(), &instance))
         .await?;
     if !removed {
         return Err(ApiError::NotFound("that user is not a member".into()));
     }
+    state.wake([WakeEvent::CursorMoved(group_id)]);
     Ok(HttpResponse::NoContent().finish())
 }

@@ -8,7 +8,9 @@ use super::extract::AuthUser;
 use super::views::{MessageView, MessagesPage};
 use super::{member_of, AppState};
 use crate::db::messages::{self, SendOutcome};
+use crate::db::receipts::{count_receipts, member_cursors};
 use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
+use crate::wake::WakeEvent;
 
 #[derive(Deserialize)]
 pub struct SendMessageBody {
@@ -28,12 +30,18 @@ pub async fn send_message(
     let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
     let content = parse_content(&body.content)?;
     let sender = user.id().to_owned();
+    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| messages::send(conn, group_id, &sender, &client_msg_id, &content))
+        .write(move |conn| {
+            messages::send(conn, group_id, &sender, &client_msg_id, &content, &instance)
+        })
         .await?;
     match outcome {
-        SendOutcome::Created(row) => Ok(HttpResponse::Created().json(MessageView::from(row))),
+        SendOutcome::Created(row) => {
+            state.wake([WakeEvent::MessageSent(group_id)]);
+            Ok(HttpResponse::Created().json(MessageView::from(row)))
+        }
         SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),
         SendOutcome::NoGroup => Err(ApiError::NotFound(format!(
             "group {group_id} does not exist"
@@ -49,6 +57,7 @@ pub struct ListMessagesQuery {
     after_msg_id: Option<i64>,
     before_msg_id: Option<i64>,
     limit: Option<i64>,
+    with_receipts: Option<bool>,
 }
 
 /// A page of messages, ascending. With neither bound it starts after the caller's
@@ -104,12 +113,36 @@ pub async fn list_messages(
     let last_msg_id = rows
         .last()
         .map_or(group.last_msg_id, |m| m.msg_id.max(group.last_msg_id));
+    let mut messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
+    if query.with_receipts.unwrap_or(false) {
+        attach_receipts(&state, group_id, user.id(), &mut messages).await?;
+    }
     Ok(HttpResponse::Ok().json(MessagesPage {
         group_id,
-        messages: rows.into_iter().map(MessageView::from).collect(),
+        messages,
         has_more,
         last_msg_id,
         last_ack_msg_id: member.last_ack_msg_id,
         last_read_msg_id: member.last_read_msg_id,
     }))
+}
+
+/// Adds current receipt counts to the caller's own messages in the page: one member query.
+async fn attach_receipts(
+    state: &AppState,
+    group_id: i64,
+    user_id: &str,
+    messages: &mut [MessageView],
+) -> Result<(), ApiError> {
+    if !messages.iter().any(|m| m.sender_id == user_id) {
+        return Ok(());
+    }
+    let members = state
+        .db
+        .read(move |conn| member_cursors(conn, group_id))
+        .await?;
+    for message in messages.iter_mut().filter(|m| m.sender_id == user_id) {
+        message.receipt = Some(count_receipts(&members, message.msg_id, user_id).into());
+    }
+    Ok(())
 }

@@ -7,24 +7,55 @@ pub mod acks;
 pub mod error;
 pub mod extract;
 pub mod groups;
+pub mod longpoll;
 pub mod me;
 pub mod messages;
 pub mod meta;
+pub mod receipts;
+pub mod sync;
 pub mod views;
 
 use actix_web::http::Method;
 use actix_web::web;
 
+use std::sync::Arc;
+
 use crate::auth::TokenKeys;
 use crate::db::members::{self, Access};
 use crate::db::models::{GroupRow, MemberRow};
 use crate::db::Db;
+use crate::notify::Notifier;
+use crate::wake::WakeEvent;
 use error::ApiError;
 use extract::AuthUser;
+use Audience::{AnyUser, GroupMember, Public};
 
 pub struct AppState {
     pub db: Db,
     pub keys: TokenKeys,
+    pub notifier: Arc<Notifier>,
+    pub longpoll: LongPollSettings,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct LongPollSettings {
+    /// Change-feed cursors older than this get 410; feed rows older than this are deleted.
+    pub retention_secs: i64,
+}
+
+impl AppState {
+    /// This instance's id, named in the notifications it sends to other instances.
+    pub fn instance(&self) -> String {
+        self.notifier.instance_id().to_owned()
+    }
+
+    /// Wakes this process's long-polls waiting for these events (other instances hear of them
+    /// through the notification sent in the same transaction).
+    pub fn wake(&self, events: impl IntoIterator<Item = WakeEvent>) {
+        for event in events {
+            self.notifier.wake(&event);
+        }
+    }
 }
 
 /// Who may call a route; the authorization matrix test reads this.
@@ -43,86 +74,39 @@ pub struct RouteSpec {
     pub handler: fn() -> actix_web::Route,
 }
 
+#[rustfmt::skip]
 pub static ROUTES: &[RouteSpec] = &[
-    RouteSpec {
-        method: Method::POST,
-        path: "/v1/groups",
-        audience: Audience::AnyUser,
-        handler: || web::post().to(groups::create_group),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/v1/groups/{group_id}",
-        audience: Audience::GroupMember,
-        handler: || web::get().to(groups::get_group),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/v1/groups/{group_id}/members",
-        audience: Audience::GroupMember,
-        handler: || web::get().to(groups::list_members),
-    },
-    RouteSpec {
-        method: Method::POST,
-        path: "/v1/groups/{group_id}/members",
-        audience: Audience::GroupMember,
-        handler: || web::post().to(groups::add_members),
-    },
-    RouteSpec {
-        method: Method::DELETE,
-        path: "/v1/groups/{group_id}/members/{user_id}",
-        audience: Audience::GroupMember,
-        handler: || web::delete().to(groups::remove_member),
-    },
-    RouteSpec {
-        method: Method::POST,
-        path: "/v1/groups/{group_id}/messages",
-        audience: Audience::GroupMember,
-        handler: || web::post().to(messages::send_message),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/v1/groups/{group_id}/messages",
-        audience: Audience::GroupMember,
-        handler: || web::get().to(messages::list_messages),
-    },
-    RouteSpec {
-        method: Method::POST,
-        path: "/v1/groups/{group_id}/ack",
-        audience: Audience::GroupMember,
-        handler: || web::post().to(acks::ack_group),
-    },
-    RouteSpec {
-        method: Method::POST,
-        path: "/v1/acks",
-        audience: Audience::AnyUser,
-        handler: || web::post().to(acks::ack_many),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/v1/me/groups",
-        audience: Audience::AnyUser,
-        handler: || web::get().to(me::list_my_groups),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/openapi.yaml",
-        audience: Audience::Public,
-        handler: || web::get().to(meta::openapi_spec),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/healthz",
-        audience: Audience::Public,
-        handler: || web::get().to(meta::healthz),
-    },
-    RouteSpec {
-        method: Method::GET,
-        path: "/readyz",
-        audience: Audience::Public,
-        handler: || web::get().to(meta::readyz),
-    },
+    route(Method::POST,   "/v1/groups",                                       AnyUser,     || web::post().to(groups::create_group)),
+    route(Method::GET,    "/v1/groups/{group_id}",                            GroupMember, || web::get().to(groups::get_group)),
+    route(Method::GET,    "/v1/groups/{group_id}/members",                    GroupMember, || web::get().to(groups::list_members)),
+    route(Method::POST,   "/v1/groups/{group_id}/members",                    GroupMember, || web::post().to(groups::add_members)),
+    route(Method::DELETE, "/v1/groups/{group_id}/members/{user_id}",          GroupMember, || web::delete().to(groups::remove_member)),
+    route(Method::POST,   "/v1/groups/{group_id}/messages",                   GroupMember, || web::post().to(messages::send_message)),
+    route(Method::GET,    "/v1/groups/{group_id}/messages",                   GroupMember, || web::get().to(messages::list_messages)),
+    route(Method::GET,    "/v1/groups/{group_id}/messages/{msg_id}/receipts", GroupMember, || web::get().to(receipts::get_message_receipts)),
+    route(Method::POST,   "/v1/groups/{group_id}/ack",                        GroupMember, || web::post().to(acks::ack_group)),
+    route(Method::POST,   "/v1/acks",                                         AnyUser,     || web::post().to(acks::ack_many)),
+    route(Method::GET,    "/v1/me/groups",                                    AnyUser,     || web::get().to(me::list_my_groups)),
+    route(Method::GET,    "/v1/sync",                                         AnyUser,     || web::get().to(sync::poll_sync)),
+    route(Method::GET,    "/v1/receipts",                                     AnyUser,     || web::get().to(receipts::poll_receipts)),
+    route(Method::GET,    "/openapi.yaml",                                    Public,      || web::get().to(meta::openapi_spec)),
+    route(Method::GET,    "/healthz",                                         Public,      || web::get().to(meta::healthz)),
+    route(Method::GET,    "/readyz",                                          Public,      || web::get().to(meta::readyz)),
 ];
+
+const fn route(
+    method: Method,
+    path: &'static str,
+    audience: Audience,
+    handler: fn() -> actix_web::Route,
+) -> RouteSpec {
+    RouteSpec {
+        method,
+        path,
+        audience,
+        handler,
+    }
+}
 
 /// Registers every route, one resource per path, with a JSON 405 for other methods.
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::db::cursors::CursorState;
 use crate::db::members::MyGroupRow;
 use crate::db::models::{GroupRow, MemberRow, MessageRow};
+use crate::db::receipts::ReceiptCounts;
 
 fn utc(t: NaiveDateTime) -> DateTime<Utc> {
     DateTime::from_naive_utc_and_offset(t, Utc)
@@ -71,6 +72,9 @@ pub struct MessageView {
     pub client_msg_id: String,
     pub content: String,
     pub created_at: DateTime<Utc>,
+    /// Only with `with_receipts=true`, and only on the caller's own messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<ReceiptCountsView>,
 }
 
 impl From<MessageRow> for MessageView {
@@ -82,6 +86,7 @@ impl From<MessageRow> for MessageView {
             client_msg_id: m.client_msg_id,
             content: m.content,
             created_at: utc(m.created_at),
+            receipt: None,
         }
     }
 }
@@ -150,4 +155,56 @@ pub struct MyGroupsPage {
     pub groups: Vec<MyGroupView>,
     pub has_more: bool,
     pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+pub struct ReceiptCountsView {
+    pub read_count: i64,
+    pub unread_count: i64,
+    pub delivered_count: i64,
+}
+
+impl From<ReceiptCounts> for ReceiptCountsView {
+    fn from(c: ReceiptCounts) -> Self {
+        ReceiptCountsView {
+            read_count: c.read_count,
+            unread_count: c.unread_count,
+            delivered_count: c.delivered_count,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct MessageReceiptsView {
+    pub group_id: i64,
+    pub msg_id: i64,
+    pub sender_id: String,
+    #[serde(flatten)]
+    pub counts: ReceiptCountsView,
+    pub read_user_ids: Vec<String>,
+    pub unread_user_ids: Vec<String>,
+    pub has_more: bool,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct ReceiptChangeView {
+    pub group_id: i64,
+    pub msg_id: i64,
+    #[serde(flatten)]
+    pub counts: ReceiptCountsView,
+}
+
+#[derive(Serialize)]
+pub struct ReceiptChangesPage {
+    pub changes: Vec<ReceiptChangeView>,
+    pub cursor: String,
+    pub has_more: bool,
+}
+
+#[derive(Serialize)]
+pub struct SyncPage {
+    pub groups: Vec<MyGroupView>,
+    pub cursor: String,
+    pub has_more: bool,
 }

@@ -2,8 +2,11 @@
 
 use diesel::prelude::*;
 
+use super::announce::announce;
 use super::members::{access, advance_cursors, Access};
+use super::receipts::record_change;
 use super::AnyConnection;
+use crate::wake::WakeEvent;
 
 #[derive(Debug, Clone, Copy)]
 pub struct AckRequest {
@@ -18,6 +21,8 @@ pub struct CursorState {
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub last_msg_id: i64,
+    /// Whether this ack moved a cursor (and so changed receipts).
+    pub moved: bool,
 }
 
 /// Why an ack batch was refused; `index` is the position in the request.
@@ -56,11 +61,12 @@ pub fn ack(
     conn: &mut AnyConnection,
     user_id: &str,
     acks: &[AckRequest],
+    instance: &str,
 ) -> QueryResult<Result<Vec<CursorState>, AckRejection>> {
     let outcome = conn.transaction::<_, TxError, _>(|conn| {
         acks.iter()
             .enumerate()
-            .map(|(index, request)| ack_one(conn, user_id, index, request))
+            .map(|(index, request)| ack_one(conn, user_id, index, request, instance))
             .collect()
     });
     match outcome {
@@ -75,6 +81,7 @@ fn ack_one(
     user_id: &str,
     index: usize,
     request: &AckRequest,
+    instance: &str,
 ) -> Result<CursorState, TxError> {
     let group_id = request.group_id;
     let (group, member) = match access(conn, group_id, user_id)? {
@@ -101,15 +108,32 @@ fn ack_one(
         }));
     }
     let unchanged = ack_to <= member.last_ack_msg_id && read_to <= member.last_read_msg_id;
-    let (last_ack_msg_id, last_read_msg_id) = if unchanged {
-        (member.last_ack_msg_id, member.last_read_msg_id)
-    } else {
-        advance_cursors(conn, group_id, user_id, ack_to, read_to)?
-    };
+    if unchanged {
+        return Ok(CursorState {
+            group_id,
+            last_ack_msg_id: member.last_ack_msg_id,
+            last_read_msg_id: member.last_read_msg_id,
+            last_msg_id: group.last_msg_id,
+            moved: false,
+        });
+    }
+    let (last_ack_msg_id, last_read_msg_id) =
+        advance_cursors(conn, group_id, user_id, ack_to, read_to)?;
+    // Receipts of messages after the old read cursor, up to the new delivered one, may have
+    // changed: one row for the whole range, however many messages it covers.
+    record_change(
+        conn,
+        group_id,
+        user_id,
+        member.last_read_msg_id,
+        last_ack_msg_id,
+    )?;
+    announce(conn, instance, &WakeEvent::CursorMoved(group_id))?;
     Ok(CursorState {
         group_id,
         last_ack_msg_id,
         last_read_msg_id,
         last_msg_id: group.last_msg_id,
+        moved: true,
     })
 }

@@ -2,10 +2,12 @@
 
 use diesel::prelude::*;
 
+use super::announce::announce;
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::AnyConnection;
 use crate::on_engine;
 use crate::schema::{group_members, groups};
+use crate::wake::WakeEvent;
 
 /// Creates a group owned by `owner_id` with the given other members, in one transaction.
 pub fn create_group(
@@ -13,6 +15,7 @@ pub fn create_group(
     owner_id: &str,
     name: &str,
     member_ids: &[String],
+    instance: &str,
 ) -> QueryResult<(GroupRow, i64)> {
     conn.transaction(|conn| {
         let now = now_utc();
@@ -36,6 +39,9 @@ pub fn create_group(
         on_engine!(conn, |c| diesel::insert_into(group_members::table)
             .values(&rows)
             .execute(c))?;
+        for row in &rows {
+            announce(conn, instance, &WakeEvent::MemberAdded(row.user_id.clone()))?;
+        }
         let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
         Ok((group, member_count))
     })

@@ -2,11 +2,14 @@
 
 use diesel::prelude::*;
 
+use super::announce::announce;
 use super::groups::{count_members, lock_last_msg_id};
 use super::models::{now_utc, GroupRow, MemberRow, NewMember, Role};
+use super::receipts::record_change;
 use super::AnyConnection;
 use crate::on_engine;
 use crate::schema::{group_members, groups};
+use crate::wake::WakeEvent;
 
 /// What a user may do with a group, found in one query.
 pub enum Access {
@@ -77,6 +80,7 @@ pub fn add_members(
     group_id: i64,
     user_ids: &[String],
     max_members: i64,
+    instance: &str,
 ) -> QueryResult<AddOutcome> {
     conn.transaction(|conn| {
         let last_msg_id = lock_last_msg_id(conn, group_id)?;
@@ -103,16 +107,71 @@ pub fn add_members(
                 .values(&rows)
                 .execute(c))?;
         }
+        for row in &rows {
+            announce(conn, instance, &WakeEvent::MemberAdded(row.user_id.clone()))?;
+        }
         Ok(AddOutcome::Added(
             rows.into_iter().map(|r| r.user_id).collect(),
         ))
     })
 }
 
-/// Removes a membership; true when there was one.
-pub fn remove_member(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> QueryResult<bool> {
-    let deleted = diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
-    Ok(deleted > 0)
+/// Removes a membership; true when there was one. The member leaves the audience of every
+/// message they could see, so those messages' receipts change.
+pub fn remove_member(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_id: &str,
+    instance: &str,
+) -> QueryResult<bool> {
+    conn.transaction(|conn| {
+        let Some(member) = find_member(conn, group_id, user_id)? else {
+            return Ok(false);
+        };
+        diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
+        let last_msg_id: i64 = groups::table
+            .find(group_id)
+            .select(groups::last_msg_id)
+            .first(conn)?;
+        record_change(
+            conn,
+            group_id,
+            user_id,
+            member.joined_after_msg_id,
+            last_msg_id,
+        )?;
+        announce(conn, instance, &WakeEvent::CursorMoved(group_id))?;
+        Ok(true)
+    })
+}
+
+/// The ids of every group the user belongs to (what their long-polls wait on).
+pub fn my_group_ids(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<i64>> {
+    group_members::table
+        .filter(group_members::user_id.eq(user_id))
+        .select(group_members::group_id)
+        .load(conn)
+}
+
+/// The caller's row of `/v1/me/groups` for each of the given groups they belong to.
+pub fn my_groups_by_id(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    group_ids: &[i64],
+) -> QueryResult<Vec<MyGroupRow>> {
+    group_members::table
+        .inner_join(groups::table)
+        .filter(group_members::user_id.eq(user_id))
+        .filter(group_members::group_id.eq_any(group_ids))
+        .select((
+            groups::group_id,
+            groups::name,
+            groups::last_msg_id,
+            group_members::last_ack_msg_id,
+            group_members::last_read_msg_id,
+        ))
+        .order(group_members::group_id.asc())
+        .load(conn)
 }
 
 /// Moves a member's cursors forward to at least the given values, never backwards, in one

@@ -3,11 +3,13 @@
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
+use super::announce::announce;
 use super::groups::allocate_msg_id;
 use super::members::{access, advance_cursors, Access};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
 use crate::schema::group_msgs;
+use crate::wake::WakeEvent;
 
 pub enum SendOutcome {
     Created(MessageRow),
@@ -26,6 +28,7 @@ pub fn send(
     sender_id: &str,
     client_msg_id: &str,
     content: &str,
+    instance: &str,
 ) -> QueryResult<SendOutcome> {
     match access(conn, group_id, sender_id)? {
         Access::NoGroup => return Ok(SendOutcome::NoGroup),
@@ -50,6 +53,7 @@ pub fn send(
             .execute(conn)?;
         // One's own message is never unread: the sender's cursors move to it.
         advance_cursors(conn, group_id, sender_id, msg_id, msg_id)?;
+        announce(conn, instance, &WakeEvent::MessageSent(group_id))?;
         Ok(MessageRow {
             group_id,
             msg_id,

@@ -4,11 +4,14 @@
 //! [`Db::read`] and [`Db::write`], which run the closure on a blocking thread with a pooled
 //! connection, so an async worker never waits on the database.
 
+pub mod announce;
+pub mod changes;
 pub mod cursors;
 pub mod groups;
 pub mod members;
 pub mod messages;
 pub mod models;
+pub mod receipts;
 
 use std::time::Duration;
 

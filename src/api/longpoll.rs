@@ -1,0 +1,312 @@
+//! Long-polling over the change feeds: opaque cursors, and the wait loop shared by
+//! `/v1/sync` and `/v1/receipts`.
+//!
+//! A cursor holds a snapshot (`seen`): every change visible in it was reported. A poll
+//! reports what committed since, and hands back a cursor at a newer snapshot. While a poll
+//! waits it holds only a [`Registration`](crate::notify::Registration) (no connection, no
+//! thread); a wake-up or the timeout makes it read again. Retrying with the same cursor after
+//! a lost response repeats changes but never skips one.
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::extract::AuthUser;
+use super::AppState;
+use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
+use crate::db::members::my_group_ids;
+use crate::db::AnyConnection;
+use crate::domain::parse_limit;
+use crate::notify::{WaitRefused, WakeKey};
+
+pub const DEFAULT_TIMEOUT_S: i64 = 25;
+pub const MAX_TIMEOUT_S: i64 = 60;
+
+#[derive(Deserialize)]
+pub struct PollQuery {
+    pub cursor: Option<String>,
+    pub timeout_s: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+/// A position in a change feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedCursor {
+    pub feed: Feed,
+    /// Unix seconds when `seen` was taken: the cursor's age, checked against retention.
+    pub seen_at: i64,
+    pub seen: Snapshot,
+    /// Set while a window of changes is being handed out page by page.
+    pub window: Option<Window>,
+}
+
+/// The changes between `seen` and `upto`, reported up to and including `after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    pub upto: Snapshot,
+    pub upto_at: i64,
+    pub after: MessageRef,
+}
+
+const CURSOR_VERSION: &str = "1";
+
+impl FeedCursor {
+    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedCursor {
+        FeedCursor {
+            feed,
+            seen_at,
+            seen,
+            window: None,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        let feed = match self.feed {
+            Feed::Messages => "m",
+            Feed::Receipts => "r",
+        };
+        let mut text = format!(
+            "{CURSOR_VERSION}.{feed}.{}.{}",
+            self.seen_at,
+            self.seen.to_text()
+        );
+        if let Some(w) = &self.window {
+            text.push_str(&format!(
+                ".{}.{}.{}.{}",
+                w.upto.to_text(),
+                w.upto_at,
+                w.after.group_id,
+                w.after.msg_id
+            ));
+        }
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+    }
+
+    /// Parses a cursor this server issued for `feed`; None for anything else.
+    pub fn decode(raw: &str, feed: Feed) -> Option<FeedCursor> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(raw)
+            .ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let parts: Vec<&str> = text.split('.').collect();
+        let feed_tag = match feed {
+            Feed::Messages => "m",
+            Feed::Receipts => "r",
+        };
+        if parts.len() < 4 || parts[0] != CURSOR_VERSION || parts[1] != feed_tag {
+            return None;
+        }
+        let seen_at = parts[2].parse().ok()?;
+        let seen = Snapshot::parse(parts[3])?;
+        let window = match parts.len() {
+            4 => None,
+            8 => Some(Window {
+                upto: Snapshot::parse(parts[4])?,
+                upto_at: parts[5].parse().ok()?,
+                after: MessageRef {
+                    group_id: parts[6].parse().ok()?,
+                    msg_id: parts[7].parse().ok()?,
+                },
+            }),
+            _ => return None,
+        };
+        Some(FeedCursor {
+            feed,
+            seen_at,
+            seen,
+            window,
+        })
+    }
+}
+
+/// One read of a feed: the items, and the cursor to continue from.
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: FeedCursor,
+    pub has_more: bool,
+}
+
+/// Cuts rows fetched with `limit + 1` to a page (the extra row only says "more") and finds the
+/// cursor to continue from: inside the same window while rows remain, else at its end.
+pub fn paginate<R>(
+    cursor: &FeedCursor,
+    (upto, upto_at): (Snapshot, i64),
+    mut rows: Vec<R>,
+    limit: i64,
+    position: impl Fn(&R) -> MessageRef,
+) -> (Vec<R>, FeedCursor, bool) {
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = match rows.last() {
+        Some(last) if has_more => FeedCursor {
+            window: Some(Window {
+                upto,
+                upto_at,
+                after: position(last),
+            }),
+            ..cursor.clone()
+        },
+        _ => FeedCursor::at(cursor.feed, upto, upto_at),
+    };
+    (rows, next, has_more)
+}
+
+/// Where the next read of `cursor` ends, and where it starts inside that window.
+pub fn window_of(
+    conn: &mut AnyConnection,
+    cursor: &FeedCursor,
+) -> diesel::QueryResult<(Snapshot, i64, MessageRef)> {
+    match &cursor.window {
+        Some(w) => Ok((w.upto.clone(), w.upto_at, w.after)),
+        None => Ok((
+            current_snapshot(conn, cursor.feed)?,
+            chrono::Utc::now().timestamp(),
+            MessageRef {
+                group_id: 0,
+                msg_id: 0,
+            },
+        )),
+    }
+}
+
+pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
+    match raw {
+        None => Ok(Duration::from_secs(DEFAULT_TIMEOUT_S as u64)),
+        Some(s) if s < 0 => Err(ApiError::Validation(
+            "timeout_s: must be zero or more".into(),
+        )),
+        Some(s) => Ok(Duration::from_secs(s.min(MAX_TIMEOUT_S) as u64)),
+    }
+}
+
+type Fetch<T> = fn(&mut AnyConnection, &str, &FeedCursor, i64) -> diesel::QueryResult<Page<T>>;
+
+/// Answers at once when there are changes (or no cursor was given); otherwise waits for a
+/// wake-up or the timeout. A timeout answers with no items and a fresh cursor.
+pub async fn long_poll<T: Send + 'static>(
+    state: &AppState,
+    user: &AuthUser,
+    feed: Feed,
+    query: &PollQuery,
+    fetch: Fetch<T>,
+) -> Result<Page<T>, ApiError> {
+    let limit = parse_limit(query.limit)?;
+    let timeout = parse_timeout(query.timeout_s)?;
+    let Some(raw) = query.cursor.as_deref() else {
+        let seen = state
+            .db
+            .read(move |conn| current_snapshot(conn, feed))
+            .await?;
+        let next = FeedCursor::at(feed, seen, chrono::Utc::now().timestamp());
+        return Ok(Page {
+            items: Vec::new(),
+            next,
+            has_more: false,
+        });
+    };
+    let mut cursor = FeedCursor::decode(raw, feed).ok_or_else(|| {
+        ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
+    })?;
+    let age = chrono::Utc::now().timestamp() - cursor.seen_at;
+    if age > state.longpoll.retention_secs {
+        return Err(ApiError::CursorExpired(format!(
+            "the cursor is {age} s old; changes are kept {} s. Start again without a cursor and \
+             read current state from the per-group endpoints",
+            state.longpoll.retention_secs
+        )));
+    }
+    // Register before the first read: a change that commits after the read still wakes us.
+    let user_id = user.id().to_owned();
+    let groups = state
+        .db
+        .read(move |conn| my_group_ids(conn, &user_id))
+        .await?;
+    let keys = wake_keys(feed, user.id(), groups);
+    let registration =
+        state
+            .notifier
+            .register(user.id(), keys)
+            .map_err(|refused| match refused {
+                WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
+                other => {
+                    ApiError::TooManyWaiters(format!("{other}; close one before opening another"))
+                }
+            })?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let (user_id, current) = (user.id().to_owned(), cursor.clone());
+        let page = state
+            .db
+            .read(move |conn| fetch(conn, &user_id, &current, limit))
+            .await?;
+        let done = timeout.is_zero() || state.notifier.is_shutting_down();
+        if !page.items.is_empty() || page.has_more || done {
+            return Ok(page);
+        }
+        cursor = page.next;
+        tokio::select! {
+            _ = registration.woken() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Ok(Page { items: Vec::new(), next: cursor, has_more: false });
+            }
+        }
+    }
+}
+
+fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeKey> {
+    let by_group = groups.into_iter().map(|g| match feed {
+        Feed::Messages => WakeKey::Messages(g),
+        Feed::Receipts => WakeKey::Receipts(g),
+    });
+    by_group
+        .chain([WakeKey::Member(user_id.to_owned())])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_are_bound_to_their_feed() {
+        let seen = Snapshot {
+            xmin: 5,
+            xmax: 9,
+            xip: vec![6, 8],
+        };
+        let mut cursor = FeedCursor::at(Feed::Receipts, seen.clone(), 1_700_000_000);
+        assert_eq!(
+            FeedCursor::decode(&cursor.encode(), Feed::Receipts),
+            Some(cursor.clone())
+        );
+        assert_eq!(FeedCursor::decode(&cursor.encode(), Feed::Messages), None);
+        cursor.window = Some(Window {
+            upto: Snapshot {
+                xmin: 9,
+                xmax: 12,
+                xip: vec![],
+            },
+            upto_at: 1_700_000_005,
+            after: MessageRef {
+                group_id: 3,
+                msg_id: 44,
+            },
+        });
+        assert_eq!(
+            FeedCursor::decode(&cursor.encode(), Feed::Receipts),
+            Some(cursor)
+        );
+        assert_eq!(FeedCursor::decode("not-a-cursor", Feed::Receipts), None);
+        assert_eq!(FeedCursor::decode("", Feed::Receipts), None);
+    }
+
+    #[test]
+    fn timeout_defaults_clamps_and_rejects_negative() {
+        assert_eq!(parse_timeout(None).unwrap(), Duration::from_secs(25));
+        assert_eq!(parse_timeout(Some(600)).unwrap(), Duration::from_secs(60));
+        assert_eq!(parse_timeout(Some(0)).unwrap(), Duration::ZERO);
+        assert!(parse_timeout(Some(-1)).is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! Read receipts, derived from members' cursors, and the receipt change feed's rows.
+//!
+//! No row per (message, recipient) exists: a member has read message `m` when their
+//! `last_read_msg_id >= m`, so one ack covering 1..N marks all N read with one row written.
+//! The audience of `m` is the members who joined before it (`joined_after_msg_id < m`) and
+//! are still members, minus its sender.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Timestamp};
+
+use super::models::now_utc;
+use super::AnyConnection;
+use crate::schema::{group_members, receipt_events};
+
+/// The cursor columns of one member: all receipts in a group are computed from these.
+#[derive(Queryable, Debug, Clone)]
+pub struct MemberCursors {
+    pub user_id: String,
+    pub joined_after_msg_id: i64,
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+}
+
+/// Every member's cursors, ordered by user id: one query on the membership primary key,
+/// whatever the size of the group's history.
+pub fn member_cursors(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Vec<MemberCursors>> {
+    group_members::table
+        .filter(group_members::group_id.eq(group_id))
+        .select((
+            group_members::user_id,
+            group_members::joined_after_msg_id,
+            group_members::last_ack_msg_id,
+            group_members::last_read_msg_id,
+        ))
+        .order(group_members::user_id.asc())
+        .load(conn)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReceiptCounts {
+    pub read_count: i64,
+    pub unread_count: i64,
+    pub delivered_count: i64,
+}
+
+impl MemberCursors {
+    /// Whether this member is in the audience of `msg_id` sent by `sender_id`.
+    pub fn receives(&self, msg_id: i64, sender_id: &str) -> bool {
+        self.joined_after_msg_id < msg_id && self.user_id != sender_id
+    }
+
+    pub fn has_read(&self, msg_id: i64) -> bool {
+        self.last_read_msg_id >= msg_id
+    }
+}
+
+pub fn count_receipts(members: &[MemberCursors], msg_id: i64, sender_id: &str) -> ReceiptCounts {
+    let mut counts = ReceiptCounts::default();
+    for member in members.iter().filter(|m| m.receives(msg_id, sender_id)) {
+        if member.has_read(msg_id) {
+            counts.read_count += 1;
+        } else {
+            counts.unread_count += 1;
+        }
+        if member.last_ack_msg_id >= msg_id {
+            counts.delivered_count += 1;
+        }
+    }
+    counts
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = receipt_events)]
+struct NewReceiptEvent<'a> {
+    group_id: i64,
+    reader_id: &'a str,
+    from_msg_id: i64,
+    to_msg_id: i64,
+    created_at: NaiveDateTime,
+}
+
+/// Records that receipts of messages in `(from_msg_id, to_msg_id]` of the group may have changed.
+pub fn record_change(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    reader_id: &str,
+    from_msg_id: i64,
+    to_msg_id: i64,
+) -> QueryResult<()> {
+    diesel::insert_into(receipt_events::table)
+        .values(&NewReceiptEvent {
+            group_id,
+            reader_id,
+            from_msg_id,
+            to_msg_id,
+            created_at: now_utc(),
+        })
+        .execute(conn)
+        .map(|_| ())
+}
+
+/// Deletes up to `batch` receipt changes older than `cutoff`; returns how many went. Small
+/// batches keep each transaction (and SQLite's single writer) short.
+pub fn delete_changes_before(
+    conn: &mut AnyConnection,
+    cutoff: NaiveDateTime,
+    batch: i64,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "DELETE FROM receipt_events WHERE id IN \
+         (SELECT id FROM receipt_events WHERE created_at < $1 ORDER BY id LIMIT $2)",
+    )
+    .bind::<Timestamp, _>(cutoff)
+    .bind::<BigInt, _>(batch)
+    .execute(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(user: &str, joined_after: i64, ack: i64, read: i64) -> MemberCursors {
+        MemberCursors {
+            user_id: user.into(),
+            joined_after_msg_id: joined_after,
+            last_ack_msg_id: ack,
+            last_read_msg_id: read,
+        }
+    }
+
+    #[test]
+    fn counts_exclude_the_sender_and_later_joiners() {
+        let members = [
+            member("sender", 0, 5, 5),
+            member("read", 0, 5, 5),
+            member("delivered", 0, 4, 1),
+            member("nothing", 0, 0, 0),
+            member("late", 3, 3, 3),
+        ];
+
+        let counts = count_receipts(&members, 3, "sender");
+
+        assert_eq!(
+            counts,
+            ReceiptCounts {
+                read_count: 1,
+                unread_count: 2,
+                delivered_count: 2
+            }
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! Who is waiting, and waking them. This is the only in-memory state of the service: the
+//! registry of parked long-polls. A waiter holds no database connection and no thread.
+//!
+//! Wake-ups arrive from this process (after a commit) and, on PostgreSQL, from other instances
+//! through LISTEN/NOTIFY on one dedicated connection ([`run_pg_listener`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::wake::{WakeEvent, CHANNEL};
+
+/// What a long-poll waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WakeKey {
+    Messages(i64),
+    Receipts(i64),
+    Member(String),
+}
+
+impl WakeEvent {
+    fn key(&self) -> WakeKey {
+        match self {
+            WakeEvent::MessageSent(g) => WakeKey::Messages(*g),
+            WakeEvent::CursorMoved(g) => WakeKey::Receipts(*g),
+            WakeEvent::MemberAdded(u) => WakeKey::Member(u.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct WaiterLimits {
+    pub per_user: usize,
+    pub total: usize,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WaitRefused {
+    #[error("this user already has {0} long-polls waiting")]
+    TooManyForUser(usize),
+    #[error("the server already holds {0} long-polls")]
+    TooManyInTotal(usize),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+struct Waiter {
+    notify: Arc<Notify>,
+    keys: Vec<WakeKey>,
+    user: String,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    waiters: HashMap<u64, Waiter>,
+    by_key: HashMap<WakeKey, HashSet<u64>>,
+    per_user: HashMap<String, usize>,
+}
+
+pub struct Notifier {
+    instance_id: String,
+    limits: WaiterLimits,
+    registry: Mutex<Registry>,
+    shutdown: watch::Sender<bool>,
+}
+
+/// A parked long-poll. Dropping it (response sent, client gone, task cancelled) unregisters.
+pub struct Registration {
+    id: u64,
+    notify: Arc<Notify>,
+    notifier: Arc<Notifier>,
+}
+
+impl Registration {
+    /// Resolves once something this waiter registered for happened since the last call
+    /// (a wake-up before the first call is kept, so none is lost).
+    pub async fn woken(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.notifier.unregister(self.id);
+    }
+}
+
+impl Notifier {
+    pub fn new(limits: WaiterLimits) -> Arc<Notifier> {
+        let instance_id = {
+            use rand::Rng;
+            format!("{:016x}", rand::rng().random::<u64>())
+        };
+        Arc::new(Notifier {
+            instance_id,
+            limits,
+            registry: Mutex::new(Registry::default()),
+            shutdown: watch::channel(false).0,
+        })
+    }
+
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding this lock cannot leave the maps half-updated in a way that
+        // matters more than refusing all long-polls would, so keep serving.
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn register(
+        self: &Arc<Self>,
+        user: &str,
+        keys: Vec<WakeKey>,
+    ) -> Result<Registration, WaitRefused> {
+        if *self.shutdown.borrow() {
+            return Err(WaitRefused::ShuttingDown);
+        }
+        let mut registry = self.lock();
+        if registry.waiters.len() >= self.limits.total {
+            return Err(WaitRefused::TooManyInTotal(self.limits.total));
+        }
+        let for_user = registry.per_user.get(user).copied().unwrap_or(0);
+        if for_user >= self.limits.per_user {
+            return Err(WaitRefused::TooManyForUser(self.limits.per_user));
+        }
+        registry.next_id += 1;
+        let id = registry.next_id;
+        for key in &keys {
+            registry.by_key.entry(key.clone()).or_default().insert(id);
+        }
+        *registry.per_user.entry(user.to_owned()).or_default() += 1;
+        let notify = Arc::new(Notify::new());
+        registry.waiters.insert(
+            id,
+            Waiter {
+                notify: notify.clone(),
+                keys,
+                user: user.to_owned(),
+            },
+        );
+        Ok(Registration {
+            id,
+            notify,
+            notifier: self.clone(),
+        })
+    }
+
+    fn unregister(&self, id: u64) {
+        let mut registry = self.lock();
+        let Some(waiter) = registry.waiters.remove(&id) else {
+            return;
+        };
+        for key in &waiter.keys {
+            if let Some(ids) = registry.by_key.get_mut(key) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    registry.by_key.remove(key);
+                }
+            }
+        }
+        if let Some(count) = registry.per_user.get_mut(&waiter.user) {
+            *count -= 1;
+            if *count == 0 {
+                registry.per_user.remove(&waiter.user);
+            }
+        }
+    }
+
+    /// Wakes the waiters registered for this event in this process.
+    pub fn wake(&self, event: &WakeEvent) {
+        let registry = self.lock();
+        if let Some(ids) = registry.by_key.get(&event.key()) {
+            for id in ids {
+                if let Some(waiter) = registry.waiters.get(id) {
+                    waiter.notify.notify_one();
+                }
+            }
+        }
+    }
+
+    /// Wakes every waiter: after missed notifications (listener reconnect) each re-checks.
+    pub fn wake_all(&self) {
+        for waiter in self.lock().waiters.values() {
+            waiter.notify.notify_one();
+        }
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.lock().waiters.len()
+    }
+
+    /// From now on long-polls answer at once; the ones waiting are woken to answer.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+        self.wake_all();
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn handle_remote(&self, payload: &str) {
+        match WakeEvent::decode(payload) {
+            Some((instance, _)) if instance == self.instance_id => {}
+            Some((_, event)) => self.wake(&event),
+            None => tracing::debug!(payload, "ignoring an unknown notification"),
+        }
+    }
+}
+
+/// Listens for other instances' wake-ups until the process ends, reconnecting with backoff.
+/// After every (re)connect all local waiters re-check the database, since notifications sent
+/// while the connection was down are gone.
+pub async fn run_pg_listener(url: String, notifier: Arc<Notifier>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match listen(&url, &notifier).await {
+            Ok(()) => tracing::warn!("notification listener connection closed"),
+            Err(e) => tracing::warn!(error = %e, "notification listener failed"),
+        }
+        if notifier.is_shutting_down() {
+            return;
+        }
+        notifier.wake_all();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn listen(url: &str, notifier: &Arc<Notifier>) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let (sender, mut payloads) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // The connection object yields notifications; it must be polled for the client to work.
+    let driver = tokio::spawn(async move {
+        loop {
+            let message = std::future::poll_fn(|cx| connection.poll_message(cx)).await;
+            match message {
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                    if sender.send(n.payload().to_owned()).is_err() {
+                        return Ok(());
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+    tracing::info!("listening for other instances' wake-ups");
+    notifier.wake_all();
+    while let Some(payload) = payloads.recv().await {
+        notifier.handle_remote(&payload);
+    }
+    drop(client);
+    match driver.await {
+        Ok(result) => result,
+        Err(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notifier(per_user: usize, total: usize) -> Arc<Notifier> {
+        Notifier::new(WaiterLimits { per_user, total })
+    }
+
+    #[tokio::test]
+    async fn wake_before_wait_is_not_lost() {
+        let n = notifier(4, 10);
+        let reg = n.register("alice", vec![WakeKey::Messages(1)]).unwrap();
+
+        n.wake(&WakeEvent::MessageSent(1));
+
+        tokio::time::timeout(Duration::from_secs(1), reg.woken())
+            .await
+            .expect("woken");
+    }
+
+    #[tokio::test]
+    async fn wake_reaches_only_matching_keys() {
+        let n = notifier(4, 10);
+        let other = n.register("bob", vec![WakeKey::Messages(2)]).unwrap();
+
+        n.wake(&WakeEvent::MessageSent(1));
+        n.wake(&WakeEvent::CursorMoved(2));
+
+        let waited = tokio::time::timeout(Duration::from_millis(50), other.woken()).await;
+        assert!(waited.is_err(), "no event for group 2's messages happened");
+    }
+
+    #[test]
+    fn limits_per_user_and_total_and_release_on_drop() {
+        let n = notifier(2, 3);
+        let a1 = n.register("a", vec![]).unwrap();
+        let _a2 = n.register("a", vec![]).unwrap();
+        assert_eq!(
+            n.register("a", vec![]).err(),
+            Some(WaitRefused::TooManyForUser(2))
+        );
+        let _b1 = n.register("b", vec![]).unwrap();
+        assert_eq!(
+            n.register("c", vec![]).err(),
+            Some(WaitRefused::TooManyInTotal(3))
+        );
+        drop(a1);
+        assert!(n.register("a", vec![]).is_ok());
+    }
+
+    #[test]
+    fn own_notifications_are_skipped_and_others_wake() {
+        let n = notifier(4, 10);
+        let reg = n.register("a", vec![WakeKey::Receipts(5)]).unwrap();
+        n.handle_remote(&WakeEvent::CursorMoved(5).encode(n.instance_id()));
+        assert_eq!(Arc::strong_count(&reg.notify), 2);
+        let woken = futures_ready(&reg);
+        assert!(!woken, "own event was already delivered in process");
+        n.handle_remote(&WakeEvent::CursorMoved(5).encode("other"));
+        assert!(futures_ready(&reg));
+    }
+
+    /// Whether `woken()` resolves immediately.
+    fn futures_ready(reg: &Registration) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(20), reg.woken())
+                .await
+                .is_ok()
+        })
+    }
+}

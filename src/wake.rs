@@ -1,0 +1,65 @@
+//! Wake-ups: the events that end long-polls, and their wire form between instances.
+//!
+//! An event names only where to look again (a group, a user), never the data itself: a woken
+//! poller re-reads the database, so a duplicated or spurious wake-up costs one query and a
+//! lost one costs at most one poll timeout.
+
+/// Something changed that long-polls may be waiting for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WakeEvent {
+    /// A message was stored in the group: `/v1/sync` pollers among its members.
+    MessageSent(i64),
+    /// A member's cursor moved in the group: `/v1/receipts` pollers among its senders.
+    CursorMoved(i64),
+    /// The user joined a group: their pollers re-read their group list.
+    MemberAdded(String),
+}
+
+/// The PostgreSQL NOTIFY channel all instances listen on.
+pub const CHANNEL: &str = "chorus";
+
+impl WakeEvent {
+    /// `<instance> <kind> <id>`; the instance lets a listener skip its own events, which it
+    /// already delivered in process.
+    pub fn encode(&self, instance: &str) -> String {
+        match self {
+            WakeEvent::MessageSent(g) => format!("{instance} m {g}"),
+            WakeEvent::CursorMoved(g) => format!("{instance} r {g}"),
+            WakeEvent::MemberAdded(u) => format!("{instance} u {u}"),
+        }
+    }
+
+    /// The event and the instance that sent it; None for a payload this version cannot read.
+    pub fn decode(payload: &str) -> Option<(&str, WakeEvent)> {
+        let mut parts = payload.splitn(3, ' ');
+        let instance = parts.next()?;
+        let kind = parts.next()?;
+        let id = parts.next()?;
+        let event = match kind {
+            "m" => WakeEvent::MessageSent(id.parse().ok()?),
+            "r" => WakeEvent::CursorMoved(id.parse().ok()?),
+            "u" => WakeEvent::MemberAdded(id.to_owned()),
+            _ => return None,
+        };
+        Some((instance, event))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_their_payload() {
+        for event in [
+            WakeEvent::MessageSent(7),
+            WakeEvent::CursorMoved(9),
+            WakeEvent::MemberAdded("alice@x".into()),
+        ] {
+            let payload = event.encode("i1");
+            assert_eq!(WakeEvent::decode(&payload), Some(("i1", event)));
+        }
+        assert_eq!(WakeEvent::decode("i1 z 3"), None);
+        assert_eq!(WakeEvent::decode("garbage"), None);
+    }
+}
