@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use chorus::auth::TokenKeys;
 use chorus::config::{Settings, SqliteSync};
 use chorus::domain::UserId;
-use chorus::startup::Application;
+use chorus::startup::{Application, Stopper};
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -25,6 +25,24 @@ pub enum Backend {
 /// `async fn <scenario>(app: TestApp)`. The PostgreSQL run needs CHORUS_TEST_DATABASE_URL.
 #[macro_export]
 macro_rules! on_both_backends {
+    (with $adjust:ident: $($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let backend = $crate::helpers::Backend::Sqlite;
+                let app = $crate::helpers::spawn_app_with(backend, super::$adjust).await;
+                super::$scenario(app.expect("sqlite app")).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let backend = $crate::helpers::Backend::Postgres;
+                match $crate::helpers::spawn_app_with(backend, super::$adjust).await {
+                    Some(app) => super::$scenario(app).await,
+                    None => eprintln!("skipped: {} is not set", $crate::helpers::PG_URL_VAR),
+                }
+            }
+        }
+    )* };
     ($($scenario:ident),* $(,)?) => { $(
         mod $scenario {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +64,12 @@ macro_rules! on_both_backends {
 /// A database that exists for one test only.
 pub enum TestDb {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { admin_url: String, name: String },
+    Postgres {
+        admin_url: String,
+        name: String,
+    },
+    /// Owned by another TestApp.
+    Borrowed,
 }
 
 impl TestDb {
@@ -107,6 +130,9 @@ pub fn random_suffix() -> String {
 
 pub struct TestApp {
     pub address: String,
+    pub backend: Backend,
+    pub database_url: String,
+    pub stopper: Stopper,
     pub client: reqwest::Client,
     keys: TokenKeys,
     _data_dir: tempfile::TempDir,
@@ -155,9 +181,13 @@ pub async fn spawn_app_with(
         .await
         .expect("build application");
     let address = format!("http://127.0.0.1:{}", app.port());
+    let stopper = app.stopper();
     tokio::spawn(app.run_until_stopped());
     Some(TestApp {
         address,
+        backend,
+        database_url,
+        stopper,
         client: reqwest::Client::new(),
         keys: TokenKeys::new(TEST_SECRET.as_bytes(), false).expect("keys"),
         _data_dir: data_dir,
@@ -165,7 +195,41 @@ pub async fn spawn_app_with(
     })
 }
 
+/// A second server on the same database (another instance behind a load balancer).
+pub struct SecondInstance {
+    pub address: String,
+    _data_dir: tempfile::TempDir,
+}
+
 impl TestApp {
+    pub async fn second_instance(&self) -> SecondInstance {
+        let data_dir = tempfile::tempdir().expect("data dir");
+        let settings = test_settings(&self.database_url, data_dir.path());
+        let app = Application::build(&settings)
+            .await
+            .expect("build second instance");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        tokio::spawn(app.run_until_stopped());
+        SecondInstance {
+            address,
+            _data_dir: data_dir,
+        }
+    }
+
+    /// The same app, reached through another instance's address.
+    pub fn via(&self, instance: &SecondInstance) -> TestApp {
+        TestApp {
+            address: instance.address.clone(),
+            backend: self.backend,
+            database_url: self.database_url.clone(),
+            stopper: self.stopper.clone(),
+            client: self.client.clone(),
+            keys: TokenKeys::new(TEST_SECRET.as_bytes(), false).expect("keys"),
+            _data_dir: tempfile::tempdir().expect("data dir"),
+            _db: TestDb::Borrowed,
+        }
+    }
+
     pub fn token(&self, user: &str) -> String {
         let user = UserId::parse("user", user).expect("valid test user id");
         self.keys.issue(&user, 3600).expect("token")
@@ -332,6 +396,38 @@ impl TestApp {
         let path = format!("/v1/me/groups{query}");
         self.call(Method::GET, "/v1/me/groups", &path, Some(user), None)
             .await
+    }
+
+    pub async fn message_receipts(
+        &self,
+        user: &str,
+        group_id: i64,
+        msg_id: i64,
+        query: &str,
+    ) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}/messages/{msg_id}/receipts{query}");
+        let template = "/v1/groups/{group_id}/messages/{msg_id}/receipts";
+        self.call(Method::GET, template, &path, Some(user), None)
+            .await
+    }
+
+    pub async fn poll_receipts(&self, user: &str, query: &str) -> TestResponse {
+        let path = format!("/v1/receipts{query}");
+        self.call(Method::GET, "/v1/receipts", &path, Some(user), None)
+            .await
+    }
+
+    pub async fn poll_sync(&self, user: &str, query: &str) -> TestResponse {
+        let path = format!("/v1/sync{query}");
+        self.call(Method::GET, "/v1/sync", &path, Some(user), None)
+            .await
+    }
+
+    /// A fresh cursor for the feed at `path` ("/v1/sync" or "/v1/receipts").
+    pub async fn cursor(&self, user: &str, path: &str) -> String {
+        let r = self.call(Method::GET, path, path, Some(user), None).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body["cursor"].as_str().expect("cursor").to_owned()
     }
 }
 

@@ -1,0 +1,445 @@
+//! Long-polls: /v1/sync for members, /v1/receipts for senders. Answers at once when there is
+//! news, waits otherwise, wakes on commits (also across instances), never skips a change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chorus::config::Settings;
+use futures::future::join_all;
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, Backend, TestApp};
+use crate::on_both_backends;
+
+on_both_backends!(
+    polls_without_cursor_answer_at_once_with_a_cursor,
+    sync_wakes_a_waiting_member_when_a_message_arrives,
+    receipts_wake_a_waiting_sender_when_a_member_acks,
+    timeout_answers_empty_with_a_usable_cursor,
+    retrying_a_cursor_repeats_changes_but_never_skips,
+    bad_cursors_and_timeouts_get_400,
+    shutdown_answers_waiting_polls_before_their_timeout,
+    sync_reports_every_committed_message_under_concurrency,
+    receipts_report_every_ack_under_concurrency,
+);
+
+on_both_backends!(with short_retention:
+    cursor_older_than_retention_gets_410,
+    retention_job_deletes_old_receipt_changes,
+);
+
+on_both_backends!(with two_polls_per_user:
+    waiters_beyond_the_per_user_bound_get_429,
+);
+
+fn short_retention(s: &mut Settings) {
+    s.receipt_retention_secs = 1;
+    s.retention_interval_secs = 1;
+}
+
+fn two_polls_per_user(s: &mut Settings) {
+    s.longpoll_max_per_user = 2;
+}
+
+async fn polls_without_cursor_answer_at_once_with_a_cursor(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    app.send_ok("alice", group, "already there").await;
+
+    let sync = app.poll_sync("bob", "?timeout_s=30").await;
+    let receipts = app.poll_receipts("alice", "?timeout_s=30").await;
+
+    assert_eq!(sync.status, 200);
+    assert_eq!(
+        sync.body["groups"],
+        json!([]),
+        "no cursor: current position, no history"
+    );
+    assert!(sync.body["cursor"].as_str().is_some_and(|c| !c.is_empty()));
+    assert_eq!(receipts.body["changes"], json!([]));
+}
+
+async fn sync_wakes_a_waiting_member_when_a_message_arrives(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+
+    let query = format!("?cursor={cursor}&timeout_s=30");
+    let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.send_ok("alice", group, "wake up").await
+    });
+
+    assert_eq!(poll.status, 200);
+    assert_eq!(poll.body["groups"][0]["group_id"], group);
+    assert_eq!(poll.body["groups"][0]["last_msg_id"], 1);
+    assert_eq!(poll.body["groups"][0]["unread_count"], 1);
+    let next = poll.body["cursor"].as_str().unwrap();
+    let quiet = app
+        .poll_sync("bob", &format!("?cursor={next}&timeout_s=0"))
+        .await;
+    assert_eq!(
+        quiet.body["groups"],
+        json!([]),
+        "the new cursor is past the reported message"
+    );
+}
+
+async fn receipts_wake_a_waiting_sender_when_a_member_acks(app: TestApp) {
+    let group = app.group_with("alice", &["bob", "carol"]).await;
+    app.send_ok("alice", group, "one").await;
+    app.send_ok("alice", group, "two").await;
+    let cursor = app.cursor("alice", "/v1/receipts").await;
+
+    let query = format!("?cursor={cursor}&timeout_s=30");
+    let (poll, _) = tokio::join!(app.poll_receipts("alice", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.ack("bob", group, json!({"last_ack_msg_id": 2})).await
+    });
+
+    assert_eq!(poll.status, 200);
+    assert_eq!(
+        poll.body["changes"],
+        json!([
+            {"group_id": group, "msg_id": 1, "read_count": 1, "unread_count": 1, "delivered_count": 1},
+            {"group_id": group, "msg_id": 2, "read_count": 1, "unread_count": 1, "delivered_count": 1}
+        ])
+    );
+}
+
+async fn timeout_answers_empty_with_a_usable_cursor(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+
+    let timed_out = app
+        .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=1"))
+        .await;
+    app.send_ok("alice", group, "after the timeout").await;
+    let next = timed_out.body["cursor"].as_str().unwrap();
+    let after = app
+        .poll_sync("bob", &format!("?cursor={next}&timeout_s=0"))
+        .await;
+
+    assert_eq!(timed_out.status, 200);
+    assert_eq!(timed_out.body["groups"], json!([]));
+    assert_eq!(after.body["groups"][0]["group_id"], group);
+}
+
+async fn retrying_a_cursor_repeats_changes_but_never_skips(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    app.send_ok("alice", group, "one").await;
+
+    let first = app
+        .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+        .await;
+    // The response is "lost": the client retries with the old cursor after another send.
+    app.send_ok("alice", group, "two").await;
+    let retry = app
+        .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+        .await;
+
+    assert_eq!(first.body["groups"][0]["last_msg_id"], 1);
+    assert_eq!(retry.body["groups"][0]["last_msg_id"], 2);
+}
+
+async fn bad_cursors_and_timeouts_get_400(app: TestApp) {
+    let receipts_cursor = app.cursor("alice", "/v1/receipts").await;
+    let cases = [
+        "?cursor=garbage".to_owned(),
+        "?cursor=".to_owned(),
+        format!("?cursor={receipts_cursor}"),
+        "?timeout_s=-1".to_owned(),
+        "?timeout_s=abc".to_owned(),
+        "?limit=0".to_owned(),
+    ];
+    for query in cases {
+        let r = app.poll_sync("alice", &query).await;
+        assert_eq!(r.status, 400, "{query}: {:?}", r.body);
+    }
+    let clamped = app.poll_sync("alice", "?timeout_s=100000").await;
+    assert_eq!(
+        clamped.status, 200,
+        "too long a timeout is clamped, not refused"
+    );
+}
+
+async fn shutdown_answers_waiting_polls_before_their_timeout(app: TestApp) {
+    app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    let started = Instant::now();
+
+    let query = format!("?cursor={cursor}&timeout_s=60");
+    let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.stopper.clone().stop().await
+    });
+
+    assert_eq!(poll.status, 200);
+    assert_eq!(poll.body["groups"], json!([]));
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "answered before its timeout"
+    );
+}
+
+async fn cursor_older_than_retention_gets_410(app: TestApp) {
+    let cursor = app.cursor("alice", "/v1/receipts").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let r = app
+        .poll_receipts("alice", &format!("?cursor={cursor}&timeout_s=0"))
+        .await;
+
+    assert_eq!(r.status, 410);
+    assert_eq!(r.error_code(), "cursor_expired");
+}
+
+async fn retention_job_deletes_old_receipt_changes(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    for i in 1..=5 {
+        app.send_ok("alice", group, "x").await;
+        app.ack("bob", group, json!({"last_ack_msg_id": i})).await;
+    }
+    assert_eq!(
+        count_rows(&app, "receipt_events"),
+        5,
+        "one row per ack that moved a cursor"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count_rows(&app, "receipt_events") > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    assert_eq!(
+        count_rows(&app, "receipt_events"),
+        0,
+        "old receipt changes were deleted"
+    );
+    assert_eq!(
+        count_rows(&app, "group_msgs"),
+        5,
+        "messages are core data and stay"
+    );
+    let receipts = app.message_receipts("alice", group, 5, "").await;
+    assert_eq!(
+        receipts.body["read_count"], 1,
+        "receipts themselves come from cursors"
+    );
+}
+
+async fn waiters_beyond_the_per_user_bound_get_429(app: TestApp) {
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    let query = format!("?cursor={cursor}&timeout_s=3");
+
+    let (a, b, third) = tokio::join!(
+        app.poll_sync("bob", &query),
+        app.poll_sync("bob", &query),
+        async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            app.poll_sync("bob", &query).await
+        }
+    );
+
+    assert_eq!((a.status, b.status), (200, 200));
+    assert_eq!(third.status, 429);
+    assert_eq!(third.error_code(), "too_many_waiters");
+    let later = app
+        .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+        .await;
+    assert_eq!(later.status, 200, "slots are released when polls answer");
+}
+
+const GROUPS: usize = 16;
+const ROUNDS: i64 = 8;
+
+/// Polls `path` as `user` until `done` says the collected state is complete or 60 s pass;
+/// returns everything each answer reported.
+async fn poll_until(
+    app: &TestApp,
+    user: &str,
+    path: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut cursor = app.cursor(user, path).await;
+    let mut seen: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done(&seen) && Instant::now() < deadline {
+        let r = app
+            .call(
+                reqwest::Method::GET,
+                path,
+                &format!("{path}?cursor={cursor}&timeout_s=2"),
+                Some(user),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let key = if path == "/v1/sync" {
+            "groups"
+        } else {
+            "changes"
+        };
+        seen.extend(r.body[key].as_array().unwrap().iter().cloned());
+        cursor = r.body["cursor"].as_str().unwrap().to_owned();
+    }
+    seen
+}
+
+fn latest_per_group(seen: &[Value]) -> BTreeMap<i64, i64> {
+    let mut latest = BTreeMap::new();
+    for g in seen {
+        let entry = latest.entry(g["group_id"].as_i64().unwrap()).or_insert(0);
+        *entry = (*entry).max(g["last_msg_id"].as_i64().unwrap());
+    }
+    latest
+}
+
+async fn sync_reports_every_committed_message_under_concurrency(app: TestApp) {
+    let app = &app;
+    let mut groups = Vec::new();
+    for g in 0..GROUPS {
+        groups.push(
+            app.group_with(&format!("sender{g}"), &["watcher", "other"])
+                .await,
+        );
+    }
+    let all_final = |seen: &[Value]| {
+        let latest = latest_per_group(seen);
+        latest.len() == GROUPS && latest.values().all(|v| *v == ROUNDS)
+    };
+
+    let pollers = join_all([
+        poll_until(app, "watcher", "/v1/sync", all_final),
+        poll_until(app, "watcher", "/v1/sync", all_final),
+        poll_until(app, "other", "/v1/sync", all_final),
+    ]);
+    let senders = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for round in 0..ROUNDS {
+            // Every group gets one message at once: concurrent transactions that take ids in
+            // one order and may commit in another.
+            join_all(groups.iter().enumerate().map(|(g, &group)| async move {
+                let r = app
+                    .send(&format!("sender{g}"), group, &format!("r{round}"), "x")
+                    .await;
+                assert_eq!(r.status, 201);
+            }))
+            .await;
+        }
+    };
+    let (seen_by_pollers, ()) = tokio::join!(pollers, senders);
+
+    for seen in &seen_by_pollers {
+        let latest = latest_per_group(seen);
+        let expected: BTreeMap<i64, i64> = groups.iter().map(|&g| (g, ROUNDS)).collect();
+        assert_eq!(
+            latest, expected,
+            "every group's last message reached every poller"
+        );
+    }
+}
+
+async fn receipts_report_every_ack_under_concurrency(app: TestApp) {
+    let app = &app;
+    let mut groups = Vec::new();
+    for g in 0..GROUPS {
+        groups.push(app.group_with("sender", &[&format!("reader{g}")]).await);
+    }
+    let read_everything = |seen: &[Value]| {
+        let fully_read = seen
+            .iter()
+            .filter(|c| c["msg_id"] == ROUNDS && c["read_count"] == 1)
+            .count();
+        fully_read >= GROUPS
+    };
+
+    let poller = poll_until(app, "sender", "/v1/receipts", read_everything);
+    let traffic = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for round in 1..=ROUNDS {
+            for &group in &groups {
+                app.send_ok("sender", group, &format!("r{round}")).await;
+            }
+            join_all(groups.iter().enumerate().map(|(g, &group)| async move {
+                let r = app
+                    .ack(
+                        &format!("reader{g}"),
+                        group,
+                        json!({"last_ack_msg_id": round}),
+                    )
+                    .await;
+                assert_eq!(r.status, 200);
+            }))
+            .await;
+        }
+    };
+    let (seen, ()) = tokio::join!(poller, traffic);
+
+    for &group in &groups {
+        for msg_id in 1..=ROUNDS {
+            let reported = seen
+                .iter()
+                .any(|c| c["group_id"] == group && c["msg_id"] == msg_id && c["read_count"] == 1);
+            assert!(
+                reported,
+                "group {group} msg {msg_id}: its read was never reported"
+            );
+        }
+    }
+}
+
+/// Two instances on one PostgreSQL: a member's ack on B wakes the sender waiting on A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_on_one_instance_wakes_a_poll_on_another() {
+    let Some(a) = spawn_app(Backend::Postgres).await else {
+        eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
+        return;
+    };
+    let second = a.second_instance().await;
+    let b = a.via(&second);
+    let group = a.group_with("alice", &["bob"]).await;
+    a.send_ok("alice", group, "hello").await;
+    let receipts_cursor = a.cursor("alice", "/v1/receipts").await;
+    let sync_cursor = b.cursor("bob", "/v1/sync").await;
+
+    let receipts_query = format!("?cursor={receipts_cursor}&timeout_s=30");
+    let sync_query = format!("?cursor={sync_cursor}&timeout_s=30");
+    let (receipts, sync, _) = tokio::join!(
+        a.poll_receipts("alice", &receipts_query),
+        b.poll_sync("bob", &sync_query),
+        async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            b.ack("bob", group, json!({"last_ack_msg_id": 1})).await;
+            a.send_ok("alice", group, "second").await;
+        }
+    );
+
+    assert_eq!(
+        receipts.body["changes"][0]["read_count"], 1,
+        "A heard of B's ack"
+    );
+    assert_eq!(
+        sync.body["groups"][0]["last_msg_id"], 2,
+        "B heard of A's message"
+    );
+}
+
+fn count_rows(app: &TestApp, table: &str) -> i64 {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let settings = chorus::db::DbSettings {
+        url: app.database_url.clone(),
+        pool_size: 1,
+        pool_timeout: Duration::from_secs(5),
+        sqlite_synchronous: "NORMAL".into(),
+    };
+    let mut conn = chorus::db::connect_once(&settings).expect("connect");
+    let row: Count = diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
+        .get_result(&mut conn)
+        .expect("count");
+    row.n
+}
