@@ -5,6 +5,7 @@
 //! through LISTEN/NOTIFY on one dedicated connection ([`run_pg_listener`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ pub enum WaitRefused {
 
 struct Waiter {
     notify: Arc<Notify>,
+    /// Set when the user joined a group: the keys this waiter registered are out of date.
+    joined: Arc<AtomicBool>,
     keys: Vec<WakeKey>,
     user: String,
 }
@@ -71,6 +74,7 @@ pub struct Notifier {
 pub struct Registration {
     id: u64,
     notify: Arc<Notify>,
+    joined: Arc<AtomicBool>,
     notifier: Arc<Notifier>,
 }
 
@@ -79,6 +83,12 @@ impl Registration {
     /// (a wake-up before the first call is kept, so none is lost).
     pub async fn woken(&self) {
         self.notify.notified().await
+    }
+
+    /// Whether the user joined a group since registering (and clears the flag): the caller
+    /// should register again with the new group list.
+    pub fn take_joined(&self) -> bool {
+        self.joined.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -137,10 +147,12 @@ impl Notifier {
         }
         *registry.per_user.entry(user.to_owned()).or_default() += 1;
         let notify = Arc::new(Notify::new());
+        let joined = Arc::new(AtomicBool::new(false));
         registry.waiters.insert(
             id,
             Waiter {
                 notify: notify.clone(),
+                joined: joined.clone(),
                 keys,
                 user: user.to_owned(),
             },
@@ -148,6 +160,7 @@ impl Notifier {
         Ok(Registration {
             id,
             notify,
+            joined,
             notifier: self.clone(),
         })
     }
@@ -176,9 +189,13 @@ impl Notifier {
     /// Wakes the waiters registered for this event in this process.
     pub fn wake(&self, event: &WakeEvent) {
         let registry = self.lock();
+        let joined = matches!(event, WakeEvent::MemberAdded(_));
         if let Some(ids) = registry.by_key.get(&event.key()) {
             for id in ids {
                 if let Some(waiter) = registry.waiters.get(id) {
+                    if joined {
+                        waiter.joined.store(true, Ordering::Release);
+                    }
                     waiter.notify.notify_one();
                 }
             }

@@ -19,7 +19,7 @@ use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
 use crate::db::members::my_group_ids;
 use crate::db::AnyConnection;
 use crate::domain::parse_limit;
-use crate::notify::{WaitRefused, WakeKey};
+use crate::notify::{Registration, WaitRefused, WakeKey};
 
 pub const DEFAULT_TIMEOUT_S: i64 = 25;
 pub const MAX_TIMEOUT_S: i64 = 60;
@@ -218,22 +218,7 @@ pub async fn long_poll<T: Send + 'static>(
         )));
     }
     // Register before the first read: a change that commits after the read still wakes us.
-    let user_id = user.id().to_owned();
-    let groups = state
-        .db
-        .read(move |conn| my_group_ids(conn, &user_id))
-        .await?;
-    let keys = wake_keys(feed, user.id(), groups);
-    let registration =
-        state
-            .notifier
-            .register(user.id(), keys)
-            .map_err(|refused| match refused {
-                WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
-                other => {
-                    ApiError::TooManyWaiters(format!("{other}; close one before opening another"))
-                }
-            })?;
+    let mut registration = register(state, user, feed).await?;
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let (user_id, current) = (user.id().to_owned(), cursor.clone());
@@ -252,7 +237,30 @@ pub async fn long_poll<T: Send + 'static>(
                 return Ok(Page { items: Vec::new(), next: cursor, has_more: false });
             }
         }
+        if registration.take_joined() {
+            // Wait on the new group too. Registering before the next read keeps the rule that
+            // no commit can fall between the read and the wait.
+            drop(registration);
+            registration = register(state, user, feed).await?;
+        }
     }
+}
+
+/// Registers the caller's wait on every group they belong to, plus their own joins.
+async fn register(state: &AppState, user: &AuthUser, feed: Feed) -> Result<Registration, ApiError> {
+    let user_id = user.id().to_owned();
+    let groups = state
+        .db
+        .read(move |conn| my_group_ids(conn, &user_id))
+        .await?;
+    let keys = wake_keys(feed, user.id(), groups);
+    state
+        .notifier
+        .register(user.id(), keys)
+        .map_err(|refused| match refused {
+            WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
+            other => ApiError::TooManyWaiters(format!("{other}; close one before opening another")),
+        })
 }
 
 fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeKey> {

@@ -21,6 +21,7 @@ on_both_backends!(
     shutdown_answers_waiting_polls_before_their_timeout,
     sync_reports_every_committed_message_under_concurrency,
     receipts_report_every_ack_under_concurrency,
+    a_waiting_member_added_to_a_group_hears_its_first_message,
 );
 
 on_both_backends!(with short_retention:
@@ -442,4 +443,24 @@ fn count_rows(app: &TestApp, table: &str) -> i64 {
         .get_result(&mut conn)
         .expect("count");
     row.n
+}
+
+async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp) {
+    let group = app.group_with("alice", &["carol"]).await;
+    let bob_cursor = app.cursor("bob", "/v1/sync").await;
+    let query = format!("?cursor={bob_cursor}&timeout_s=30");
+
+    let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.add_members("alice", group, &["bob"]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.send_ok("alice", group, "welcome bob").await
+    });
+
+    assert_eq!(poll.status, 200);
+    assert_eq!(
+        poll.body["groups"][0]["group_id"], group,
+        "the join re-registered the wait"
+    );
+    assert_eq!(poll.body["groups"][0]["unread_count"], 1);
 }
