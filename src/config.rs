@@ -96,6 +96,16 @@ pub struct Settings {
     )]
     pub pool_timeout_ms: u64,
 
+    /// PostgreSQL: longest a single statement may run before it is cancelled (the request
+    /// then gets 503).
+    #[arg(
+        long,
+        env = "CHORUS_STATEMENT_TIMEOUT_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub statement_timeout_ms: u64,
+
     /// SQLite durability.
     #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = SqliteSync::Full, global = true)]
     pub sqlite_sync: SqliteSync,
@@ -157,6 +167,7 @@ impl fmt::Debug for Settings {
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
             .field("pool_size", &self.pool_size)
             .field("pool_timeout_ms", &self.pool_timeout_ms)
+            .field("statement_timeout_ms", &self.statement_timeout_ms)
             .field("sqlite_sync", &self.sqlite_sync)
             .field("workers", &self.workers)
             .field("receipt_retention_secs", &self.receipt_retention_secs)
@@ -178,6 +189,7 @@ impl Settings {
             jwt_secret: None,
             pool_size: 8,
             pool_timeout_ms: 3000,
+            statement_timeout_ms: 10_000,
             sqlite_sync: SqliteSync::Full,
             workers: 0,
             receipt_retention_secs: 7 * 24 * 3600,
@@ -202,6 +214,7 @@ impl Settings {
             url,
             pool_size: self.pool_size,
             pool_timeout: Duration::from_millis(self.pool_timeout_ms),
+            statement_timeout: Duration::from_millis(self.statement_timeout_ms),
             sqlite_synchronous: match self.sqlite_sync {
                 SqliteSync::Full => "FULL".into(),
                 SqliteSync::Normal => "NORMAL".into(),

@@ -236,22 +236,29 @@ impl Notifier {
 /// After every (re)connect all local waiters re-check the database, since notifications sent
 /// while the connection was down are gone.
 pub async fn run_pg_listener(url: String, notifier: Arc<Notifier>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = FIRST_BACKOFF;
     loop {
-        match listen(&url, &notifier).await {
+        match listen(&url, &notifier, &mut backoff).await {
             Ok(()) => tracing::warn!("notification listener connection closed"),
-            Err(e) => tracing::warn!(error = %e, "notification listener failed"),
+            Err(e) => tracing::warn!(error = ?e, "notification listener failed"),
         }
         if notifier.is_shutting_down() {
             return;
         }
-        notifier.wake_all();
+        // No wake-up here: while the database is down a woken poll could only fail. The
+        // successful reconnect wakes everyone.
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
-async fn listen(url: &str, notifier: &Arc<Notifier>) -> Result<(), tokio_postgres::Error> {
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+async fn listen(
+    url: &str,
+    notifier: &Arc<Notifier>,
+    backoff: &mut Duration,
+) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     let (sender, mut payloads) = tokio::sync::mpsc::unbounded_channel::<String>();
     // The connection object yields notifications; it must be polled for the client to work.
@@ -272,6 +279,7 @@ async fn listen(url: &str, notifier: &Arc<Notifier>) -> Result<(), tokio_postgre
     });
     client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
     tracing::info!("listening for other instances' wake-ups");
+    *backoff = FIRST_BACKOFF;
     notifier.wake_all();
     while let Some(payload) = payloads.recv().await {
         notifier.handle_remote(&payload);

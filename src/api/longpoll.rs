@@ -220,17 +220,25 @@ pub async fn long_poll<T: Send + 'static>(
     // Register before the first read: a change that commits after the read still wakes us.
     let mut registration = register(state, user, feed).await?;
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut first_read = true;
     loop {
         let (user_id, current) = (user.id().to_owned(), cursor.clone());
-        let page = state
+        let read = state
             .db
             .read(move |conn| fetch(conn, &user_id, &current, limit))
-            .await?;
+            .await;
         let done = timeout.is_zero() || state.notifier.is_shutting_down();
-        if !page.items.is_empty() || page.has_more || done {
-            return Ok(page);
+        match read {
+            Ok(page) if !page.items.is_empty() || page.has_more || done => return Ok(page),
+            Ok(page) => cursor = page.next,
+            // A waiter outlives a database outage: it keeps its cursor and reads again on the
+            // next wake-up (every waiter is woken when the listener reconnects).
+            Err(e) if e.is_unavailable() && !first_read && !done => {
+                tracing::warn!(error = %e, "long-poll read failed; waiting on");
+            }
+            Err(e) => return Err(e.into()),
         }
-        cursor = page.next;
+        first_read = false;
         tokio::select! {
             _ = registration.woken() => {}
             _ = tokio::time::sleep_until(deadline) => {

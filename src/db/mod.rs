@@ -75,25 +75,48 @@ impl From<r2d2::Error> for DbError {
 }
 
 impl DbError {
-    /// True when the database (not the request) is at fault and a retry may succeed.
+    /// True when the database (not the request) is at fault and a retry may succeed: it is
+    /// unreachable, the connection died, or it is too busy (a statement timeout, SQLite's
+    /// lock held by another process past the busy timeout).
     pub fn is_unavailable(&self) -> bool {
+        use diesel::result::DatabaseErrorKind as Kind;
         match self {
             DbError::Unavailable(_) => true,
-            DbError::Query(diesel::result::Error::DatabaseError(kind, _)) => matches!(
-                kind,
-                diesel::result::DatabaseErrorKind::ClosedConnection
-                    | diesel::result::DatabaseErrorKind::SerializationFailure
-            ),
+            DbError::Query(diesel::result::Error::DatabaseError(kind, info)) => {
+                matches!(
+                    kind,
+                    Kind::ClosedConnection | Kind::UnableToSendCommand | Kind::SerializationFailure
+                ) || BUSY_MESSAGES.iter().any(|m| info.message().contains(m))
+            }
             DbError::Query(diesel::result::Error::BrokenTransactionManager) => true,
             _ => false,
         }
     }
 }
 
+/// Messages of errors that mean "busy, try again", which diesel reports without a kind.
+const BUSY_MESSAGES: [&str; 3] = [
+    "database is locked",
+    "canceling statement due to statement timeout",
+    "canceling statement due to lock timeout",
+];
+
 pub struct ConnectionManager {
     url: String,
     engine: Engine,
     sqlite_synchronous: String,
+    statement_timeout_ms: u64,
+}
+
+impl ConnectionManager {
+    fn new(settings: &DbSettings) -> ConnectionManager {
+        ConnectionManager {
+            url: settings.url.clone(),
+            engine: Engine::from_url(&settings.url),
+            sqlite_synchronous: settings.sqlite_synchronous.clone(),
+            statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
+        }
+    }
 }
 
 impl r2d2::ManageConnection for ConnectionManager {
@@ -103,7 +126,15 @@ impl r2d2::ManageConnection for ConnectionManager {
     fn connect(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
             Engine::Postgres => {
-                diesel::PgConnection::establish(&self.url).map(AnyConnection::Postgresql)
+                let mut conn = diesel::PgConnection::establish(&self.url)?;
+                // Bounds every statement, so a stuck query cannot hold a request (and its
+                // pooled connection) for long; it then answers 503.
+                conn.batch_execute(&format!(
+                    "SET statement_timeout = {}",
+                    self.statement_timeout_ms
+                ))
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(AnyConnection::Postgresql(conn))
             }
             Engine::Sqlite => {
                 let mut conn = diesel::SqliteConnection::establish(&self.url)?;
@@ -142,6 +173,20 @@ pub struct DbSettings {
     pub pool_size: u32,
     pub pool_timeout: Duration,
     pub sqlite_synchronous: String,
+    pub statement_timeout: Duration,
+}
+
+impl DbSettings {
+    /// Settings for one-off connections to `url` (tools, tests): the server's defaults.
+    pub fn for_url(url: &str) -> DbSettings {
+        DbSettings {
+            url: url.to_owned(),
+            pool_size: 1,
+            pool_timeout: Duration::from_secs(3),
+            sqlite_synchronous: "FULL".into(),
+            statement_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 /// The pools. On SQLite all writes go through one connection (a writer lane): several writer
@@ -162,11 +207,7 @@ impl Db {
                 .max_size(size)
                 .min_idle(Some(size.min(2)))
                 .connection_timeout(settings.pool_timeout)
-                .build(ConnectionManager {
-                    url: settings.url.clone(),
-                    engine,
-                    sqlite_synchronous: settings.sqlite_synchronous.clone(),
-                })
+                .build(ConnectionManager::new(settings))
         };
         let db = match engine {
             Engine::Sqlite => Db {
@@ -280,10 +321,5 @@ pub fn is_ready(conn: &mut AnyConnection) -> bool {
 /// Opens a single connection outside any pool (start-up, `chorus migrate`).
 pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
     use r2d2::ManageConnection;
-    ConnectionManager {
-        url: settings.url.clone(),
-        engine: Engine::from_url(&settings.url),
-        sqlite_synchronous: settings.sqlite_synchronous.clone(),
-    }
-    .connect()
+    ConnectionManager::new(settings).connect()
 }

@@ -432,12 +432,7 @@ fn count_rows(app: &TestApp, table: &str) -> i64 {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
-    let settings = chorus::db::DbSettings {
-        url: app.database_url.clone(),
-        pool_size: 1,
-        pool_timeout: Duration::from_secs(5),
-        sqlite_synchronous: "NORMAL".into(),
-    };
+    let settings = chorus::db::DbSettings::for_url(&app.database_url);
     let mut conn = chorus::db::connect_once(&settings).expect("connect");
     let row: Count = diesel::sql_query(format!("SELECT COUNT(*) AS n FROM {table}"))
         .get_result(&mut conn)

@@ -9,12 +9,7 @@ fn round_trip(backend: Backend) {
         eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
         return;
     };
-    let settings = DbSettings {
-        url,
-        pool_size: 1,
-        pool_timeout: std::time::Duration::from_secs(5),
-        sqlite_synchronous: "NORMAL".into(),
-    };
+    let settings = DbSettings::for_url(&url);
     let mut conn = connect_once(&settings).unwrap();
 
     let applied = run_migrations(&mut conn).unwrap();
