@@ -119,7 +119,11 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_RECEIPT_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true)]
     pub receipt_retention_secs: i64,
 
-    /// How often the retention job deletes expired receipt changes.
+    /// Delete messages older than this many seconds. Unset: keep messages forever.
+    #[arg(long, env = "CHORUS_MESSAGE_RETENTION_SECS", global = true)]
+    pub message_retention_secs: Option<i64>,
+
+    /// How often the retention job deletes expired receipt changes (and messages).
     #[arg(
         long,
         env = "CHORUS_RETENTION_INTERVAL_SECS",
@@ -171,6 +175,7 @@ impl fmt::Debug for Settings {
             .field("sqlite_sync", &self.sqlite_sync)
             .field("workers", &self.workers)
             .field("receipt_retention_secs", &self.receipt_retention_secs)
+            .field("message_retention_secs", &self.message_retention_secs)
             .field("retention_interval_secs", &self.retention_interval_secs)
             .field("longpoll_max_per_user", &self.longpoll_max_per_user)
             .field("longpoll_max_total", &self.longpoll_max_total)
@@ -193,6 +198,7 @@ impl Settings {
             sqlite_sync: SqliteSync::Full,
             workers: 0,
             receipt_retention_secs: 7 * 24 * 3600,
+            message_retention_secs: None,
             retention_interval_secs: 60,
             longpoll_max_per_user: 8,
             longpoll_max_total: 20_000,

@@ -1,28 +1,61 @@
-//! The retention job: receipt changes are not core data (the seeds: delete, don't keep), so
-//! rows older than the retention period are deleted in small batches, in the background.
+//! The retention job. Receipt changes are not core data (the seeds: delete, don't keep), so
+//! rows older than the retention period are deleted; messages too, when a message retention
+//! is configured. Deletion runs in the background in small batches, so no transaction (and
+//! on SQLite, no turn of the single writer) is long.
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{NaiveDateTime, Utc};
 
+use crate::db::messages::delete_messages_before;
 use crate::db::receipts::delete_changes_before;
-use crate::db::Db;
+use crate::db::{AnyConnection, Db, DbError};
 
 const BATCH: i64 = 1000;
-/// Longest a writing transaction may be in flight. Rows are kept this much longer than
-/// cursors live, so a row that committed just after a cursor's snapshot was taken is still
-/// there when that cursor, at the edge of expiring, is read.
+/// Longest a writing transaction may be in flight. Receipt changes are kept this much longer
+/// than cursors live, so a row that committed just after a cursor's snapshot was taken is
+/// still there when that cursor, at the edge of expiring, is read.
 const MAX_GRACE_SECS: i64 = 120;
 
-/// Deletes everything older than `retention_secs` plus the grace; returns how many rows went.
-pub async fn sweep(db: &Db, retention_secs: i64) -> Result<usize, crate::db::DbError> {
-    let grace = MAX_GRACE_SECS.min(retention_secs.max(1));
-    let cutoff = Utc::now().naive_utc() - chrono::Duration::seconds(retention_secs + grace);
+#[derive(Debug, Clone, Copy)]
+pub struct RetentionPolicy {
+    pub receipt_changes_secs: i64,
+    /// None keeps messages forever.
+    pub messages_secs: Option<i64>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    pub receipt_changes: usize,
+    pub messages: usize,
+}
+
+/// Deletes everything the policy says has expired.
+pub async fn sweep(db: &Db, policy: RetentionPolicy) -> Result<Swept, DbError> {
+    let now = Utc::now().naive_utc();
+    let grace = MAX_GRACE_SECS.min(policy.receipt_changes_secs.max(1));
+    let changes_cutoff = now - chrono::Duration::seconds(policy.receipt_changes_secs + grace);
+    let mut swept = Swept {
+        receipt_changes: delete_in_batches(db, changes_cutoff, delete_changes_before).await?,
+        messages: 0,
+    };
+    if let Some(secs) = policy.messages_secs {
+        let cutoff = now - chrono::Duration::seconds(secs);
+        swept.messages = delete_in_batches(db, cutoff, delete_messages_before).await?;
+    }
+    Ok(swept)
+}
+
+type DeleteBatch = fn(&mut AnyConnection, NaiveDateTime, i64) -> diesel::QueryResult<usize>;
+
+async fn delete_in_batches(
+    db: &Db,
+    cutoff: NaiveDateTime,
+    delete: DeleteBatch,
+) -> Result<usize, DbError> {
     let mut total = 0;
     loop {
-        let deleted = db
-            .write(move |conn| delete_changes_before(conn, cutoff, BATCH))
-            .await?;
+        let deleted = db.write(move |conn| delete(conn, cutoff, BATCH)).await?;
         total += deleted;
         if (deleted as i64) < BATCH {
             return Ok(total);
@@ -33,13 +66,17 @@ pub async fn sweep(db: &Db, retention_secs: i64) -> Result<usize, crate::db::DbE
 }
 
 /// Runs [`sweep`] every `interval` until the process ends.
-pub async fn run(db: Db, retention_secs: i64, interval: Duration) {
+pub async fn run(db: Db, policy: RetentionPolicy, interval: Duration) {
     let mut ticker = tokio::time::interval(interval.max(Duration::from_secs(1)));
     loop {
         ticker.tick().await;
-        match sweep(&db, retention_secs).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "expired receipt changes deleted"),
+        match sweep(&db, policy).await {
+            Ok(swept) if swept == Swept::default() => {}
+            Ok(swept) => tracing::info!(
+                receipt_changes = swept.receipt_changes,
+                messages = swept.messages,
+                "expired rows deleted"
+            ),
             Err(e) => tracing::warn!(error = %e, "retention sweep failed; retrying next round"),
         }
     }

@@ -13,7 +13,7 @@ use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
 use crate::db::{self, Db, Engine};
 use crate::notify::{self, Notifier, WaiterLimits};
-use crate::retention;
+use crate::retention::{self, RetentionPolicy};
 
 pub struct Application {
     port: u16,
@@ -52,9 +52,13 @@ impl Application {
                 notifier.clone(),
             ));
         }
+        let policy = RetentionPolicy {
+            receipt_changes_secs: settings.receipt_retention_secs,
+            messages_secs: settings.message_retention_secs,
+        };
         tokio::spawn(retention::run(
             db.clone(),
-            settings.receipt_retention_secs,
+            policy,
             Duration::from_secs(settings.retention_interval_secs),
         ));
         let state = web::Data::new(AppState {

@@ -104,6 +104,23 @@ pub fn find_message(
         .optional()
 }
 
+/// Deletes up to `batch` messages created before `cutoff` (message retention); returns how
+/// many went. Ids are never reused: the group's counter is not touched.
+pub fn delete_messages_before(
+    conn: &mut AnyConnection,
+    cutoff: chrono::NaiveDateTime,
+    batch: i64,
+) -> QueryResult<usize> {
+    use diesel::sql_types::{BigInt, Timestamp};
+    diesel::sql_query(
+        "DELETE FROM group_msgs WHERE id IN \
+         (SELECT id FROM group_msgs WHERE created_at < $1 ORDER BY id LIMIT $2)",
+    )
+    .bind::<Timestamp, _>(cutoff)
+    .bind::<BigInt, _>(batch)
+    .execute(conn)
+}
+
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.
 pub fn page_after(
     conn: &mut AnyConnection,

@@ -459,3 +459,42 @@ async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp)
     );
     assert_eq!(poll.body["groups"][0]["unread_count"], 1);
 }
+
+on_both_backends!(with short_message_retention:
+    message_retention_deletes_old_messages_and_keeps_cursors_and_ids,
+);
+
+fn short_message_retention(s: &mut Settings) {
+    s.message_retention_secs = Some(2);
+    s.retention_interval_secs = 1;
+}
+
+async fn message_retention_deletes_old_messages_and_keeps_cursors_and_ids(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    for i in 1..=3 {
+        app.send_ok("alice", group, &format!("old {i}")).await;
+    }
+    app.ack("bob", group, json!({"last_ack_msg_id": 2})).await;
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count_rows(&app, "group_msgs") > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let fresh = app.send_ok("alice", group, "new").await;
+    let pull = app.list_messages("bob", group, "").await;
+    let mine = app.my_groups("bob", "").await;
+
+    assert_eq!(fresh, 4, "ids are never reused after deletion");
+    let ids: Vec<i64> = pull.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["msg_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![4], "the pull skips what expired and continues");
+    assert_eq!(
+        mine.body["groups"][0]["last_ack_msg_id"], 2,
+        "cursors are untouched"
+    );
+    assert_eq!(mine.body["groups"][0]["last_msg_id"], 4);
+}
