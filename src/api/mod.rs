@@ -4,6 +4,7 @@
 //! test compares it with `openapi.yaml`, so a route cannot exist undocumented.
 
 pub mod acks;
+pub mod dev;
 pub mod error;
 pub mod extract;
 pub mod groups;
@@ -14,6 +15,7 @@ pub mod meta;
 pub mod receipts;
 pub mod sync;
 pub mod views;
+pub mod webclient;
 
 use actix_web::http::Method;
 use actix_web::web;
@@ -28,7 +30,7 @@ use crate::notify::Notifier;
 use crate::wake::WakeEvent;
 use error::ApiError;
 use extract::AuthUser;
-use Audience::{AnyUser, GroupMember, Public};
+use Audience::{AnyUser, Development, GroupMember, Public};
 
 pub struct AppState {
     pub db: Db,
@@ -62,6 +64,8 @@ impl AppState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Audience {
     Public,
+    /// No token; exists only in development mode (no configured secret), else 404.
+    Development,
     AnyUser,
     GroupMember,
 }
@@ -89,6 +93,9 @@ pub static ROUTES: &[RouteSpec] = &[
     route(Method::GET,    "/v1/me/groups",                                    AnyUser,     || web::get().to(me::list_my_groups)),
     route(Method::GET,    "/v1/sync",                                         AnyUser,     || web::get().to(sync::poll_sync)),
     route(Method::GET,    "/v1/receipts",                                     AnyUser,     || web::get().to(receipts::poll_receipts)),
+    route(Method::POST,   "/v1/dev/token",                                    Development, || web::post().to(dev::issue_dev_token)),
+    route(Method::GET,    "/",                                                Public,      || web::get().to(webclient::index)),
+    route(Method::GET,    "/assets/{name}",                                   Public,      || web::get().to(webclient::asset)),
     route(Method::GET,    "/openapi.yaml",                                    Public,      || web::get().to(meta::openapi_spec)),
     route(Method::GET,    "/healthz",                                         Public,      || web::get().to(meta::healthz)),
     route(Method::GET,    "/readyz",                                          Public,      || web::get().to(meta::readyz)),

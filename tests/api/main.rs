@@ -13,3 +13,4 @@ mod migrations;
 mod offline_pull;
 mod receipts;
 mod spec_drift;
+mod webclient;

@@ -1,0 +1,1 @@
+// Chorus reference client
