@@ -12,6 +12,7 @@ use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
 use crate::db::{self, Db, Engine};
+use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
 use crate::retention::{self, RetentionPolicy};
 
@@ -64,6 +65,7 @@ impl Application {
         let state = web::Data::new(AppState {
             db,
             keys,
+            metrics: Metrics::new()?,
             notifier,
             longpoll: LongPollSettings {
                 retention_secs: settings.receipt_retention_secs,
@@ -153,6 +155,7 @@ fn build_server(
             .app_data(extract::json_config())
             .app_data(extract::query_config())
             .app_data(extract::path_config())
+            .wrap(actix_web::middleware::from_fn(metrics::observe))
             .configure(api::configure)
             .default_service(web::to(extract::route_not_found))
     })

@@ -102,6 +102,8 @@ async fn apply(
         .write(move |conn| cursors::ack(conn, &user_id, &requests, &instance))
         .await?;
     let states = outcome.map_err(|rejection| rejection_error(rejection, batch))?;
+    let moved = states.iter().filter(|s| s.moved).count();
+    state.metrics.acks.inc_by(moved as u64);
     state.wake(
         states
             .iter()

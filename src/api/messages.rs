@@ -40,6 +40,7 @@ pub async fn send_message(
     match outcome {
         SendOutcome::Created(row) => {
             state.wake([WakeEvent::MessageSent(group_id)]);
+            state.metrics.messages_sent.inc();
             Ok(HttpResponse::Created().json(MessageView::from(row)))
         }
         SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),

@@ -15,6 +15,16 @@ pub async fn openapi_spec() -> HttpResponse {
         .body(OPENAPI_YAML)
 }
 
+/// Prometheus metrics in the text exposition format.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let body = state
+        .metrics
+        .render(state.notifier.waiting(), state.db.pool_state());
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(body)
+}
+
 /// The process is up and serving HTTP.
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))

@@ -26,6 +26,7 @@ use crate::auth::TokenKeys;
 use crate::db::members::{self, Access};
 use crate::db::models::{GroupRow, MemberRow};
 use crate::db::Db;
+use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::wake::WakeEvent;
 use error::ApiError;
@@ -35,6 +36,7 @@ use Audience::{AnyUser, Development, GroupMember, Public};
 pub struct AppState {
     pub db: Db,
     pub keys: TokenKeys,
+    pub metrics: Metrics,
     pub notifier: Arc<Notifier>,
     pub longpoll: LongPollSettings,
 }
@@ -97,6 +99,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route(Method::GET,    "/",                                                Public,      || web::get().to(webclient::index)),
     route(Method::GET,    "/assets/{name}",                                   Public,      || web::get().to(webclient::asset)),
     route(Method::GET,    "/openapi.yaml",                                    Public,      || web::get().to(meta::openapi_spec)),
+    route(Method::GET,    "/metrics",                                         Public,      || web::get().to(meta::metrics)),
     route(Method::GET,    "/healthz",                                         Public,      || web::get().to(meta::healthz)),
     route(Method::GET,    "/readyz",                                          Public,      || web::get().to(meta::readyz)),
 ];

@@ -11,6 +11,7 @@ mod longpoll;
 mod messages;
 mod migrations;
 mod offline_pull;
+mod operations;
 mod receipts;
 mod spec_drift;
 mod webclient;

@@ -1,0 +1,147 @@
+//! Prometheus metrics, served at `/metrics`, and the middleware that observes every request:
+//! it counts and times it by route and status, gives it a request id (logged on every line
+//! of its span and returned as `x-request-id`), and logs one line when it ends.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+use tracing::Instrument;
+
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    pub messages_sent: IntCounter,
+    pub acks: IntCounter,
+    waiting_polls: IntGauge,
+    pool_in_use: IntGauge,
+    pool_idle: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new_custom(Some("chorus".into()), None)?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests by route, method and status",
+            ),
+            &["route", "method", "status"],
+        )?;
+        let latency = HistogramVec::new(
+            HistogramOpts::new("http_request_duration_seconds", "Time to answer, by route")
+                .buckets(vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0,
+                ]),
+            &["route", "method"],
+        )?;
+        let messages_sent = IntCounter::new(
+            "messages_sent_total",
+            "Messages stored (not counting idempotent repeats)",
+        )?;
+        let acks = IntCounter::new("acks_total", "Acks that moved a member's cursor")?;
+        let waiting_polls = IntGauge::new("longpolls_waiting", "Long-polls currently waiting")?;
+        let pool_in_use =
+            IntGauge::new("db_connections_in_use", "Database connections checked out")?;
+        let pool_idle = IntGauge::new(
+            "db_connections_idle",
+            "Database connections idle in the pool",
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(latency.clone()))?;
+        registry.register(Box::new(messages_sent.clone()))?;
+        registry.register(Box::new(acks.clone()))?;
+        registry.register(Box::new(waiting_polls.clone()))?;
+        registry.register(Box::new(pool_in_use.clone()))?;
+        registry.register(Box::new(pool_idle.clone()))?;
+        Ok(Metrics {
+            registry,
+            requests,
+            latency,
+            messages_sent,
+            acks,
+            waiting_polls,
+            pool_in_use,
+            pool_idle,
+        })
+    }
+
+    /// The text exposition, with the gauges read now.
+    pub fn render(&self, waiting_polls: usize, pool: (u32, u32)) -> String {
+        self.waiting_polls.set(waiting_polls as i64);
+        self.pool_in_use.set(i64::from(pool.0));
+        self.pool_idle.set(i64::from(pool.1));
+        let mut buffer = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+            tracing::error!(error = %e, "metrics encoding failed");
+        }
+        String::from_utf8_lossy(&buffer).into_owned()
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Observes one request (see the module doc). Routes are labelled by their template, so ids
+/// in paths do not multiply the series.
+pub async fn observe(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
+    let started = Instant::now();
+    let request_id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .map(str::to_owned)
+        .unwrap_or_else(new_request_id);
+    let method = req.method().to_string();
+    let span =
+        tracing::info_span!("request", id = %request_id, method = %method, path = %req.path());
+    let metrics = req
+        .app_data::<actix_web::web::Data<crate::api::AppState>>()
+        .map(|s| s.clone());
+    let mut response = next.call(req).instrument(span.clone()).await?;
+    let route = response
+        .request()
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".into());
+    let status = response.status().as_u16();
+    let elapsed = started.elapsed();
+    if let Some(state) = metrics {
+        state
+            .metrics
+            .requests
+            .with_label_values(&[&route, &method, &status.to_string()])
+            .inc();
+        state
+            .metrics
+            .latency
+            .with_label_values(&[&route, &method])
+            .observe(elapsed.as_secs_f64());
+    }
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    span.in_scope(|| {
+        tracing::info!(status, route = %route, elapsed_ms = elapsed.as_secs_f64() * 1000.0, "answered")
+    });
+    Ok(response)
+}
+
+fn new_request_id() -> String {
+    use rand::Rng;
+    format!("{:016x}", rand::rng().random::<u64>())
+}

@@ -1,0 +1,78 @@
+//! What operators rely on: health checks, metrics, request ids.
+
+use crate::helpers::{spawn_app, Backend};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_template_and_business_events() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let group = app.group_with("alice", &["bob"]).await;
+    app.send_ok("alice", group, "one").await;
+    app.ack("bob", group, serde_json::json!({"last_ack_msg_id": 1}))
+        .await;
+
+    let text = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    assert!(text.contains("chorus_messages_sent_total 1"), "{text}");
+    assert!(text.contains("chorus_acks_total 1"));
+    assert!(text.contains(
+        r#"chorus_http_requests_total{method="POST",route="/v1/groups/{group_id}/messages",status="201"} 1"#
+    ));
+    assert!(text.contains("chorus_http_request_duration_seconds_bucket"));
+    assert!(text.contains("chorus_longpolls_waiting 0"));
+    assert!(text.contains("chorus_db_connections_idle"));
+    assert!(
+        !text.contains(&format!("/v1/groups/{group}/")),
+        "no concrete ids in labels"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_carries_a_request_id_and_keeps_a_sane_one_from_the_client() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let client = reqwest::Client::new();
+
+    let generated = client
+        .get(format!("{}/healthz", app.address))
+        .send()
+        .await
+        .unwrap();
+    let kept = client
+        .get(format!("{}/nowhere", app.address))
+        .header("x-request-id", "edge-1234")
+        .send()
+        .await
+        .unwrap();
+    let replaced = client
+        .get(format!("{}/healthz", app.address))
+        .header("x-request-id", "bad id with spaces")
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(generated.headers()["x-request-id"].len(), 16);
+    assert_eq!(kept.headers()["x-request-id"], "edge-1234");
+    assert_eq!(kept.status().as_u16(), 404, "errors carry it too");
+    assert_ne!(replaced.headers()["x-request-id"], "bad id with spaces");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_readiness_report_ok_with_a_migrated_database() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+
+    let health = reqwest::get(format!("{}/healthz", app.address))
+        .await
+        .unwrap();
+    let ready = reqwest::get(format!("{}/readyz", app.address))
+        .await
+        .unwrap();
+
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(ready.status().as_u16(), 200);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["status"], "ready");
+}
