@@ -5,6 +5,7 @@
 
 pub mod acks;
 pub mod dev;
+pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod groups;
@@ -98,6 +99,7 @@ pub static ROUTES: &[RouteSpec] = &[
     route(Method::POST,   "/v1/dev/token",                                    Development, || web::post().to(dev::issue_dev_token)),
     route(Method::GET,    "/",                                                Public,      || web::get().to(webclient::index)),
     route(Method::GET,    "/assets/{name}",                                   Public,      || web::get().to(webclient::asset)),
+    route(Method::GET,    "/docs",                                            Public,      || web::get().to(docs::docs)),
     route(Method::GET,    "/openapi.yaml",                                    Public,      || web::get().to(meta::openapi_spec)),
     route(Method::GET,    "/metrics",                                         Public,      || web::get().to(meta::metrics)),
     route(Method::GET,    "/healthz",                                         Public,      || web::get().to(meta::healthz)),

@@ -76,3 +76,19 @@ async fn health_and_readiness_report_ok_with_a_migrated_database() {
     let body: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(body["status"], "ready");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_page_renders_the_spec_without_outside_assets() {
+    let app = spawn_app(Backend::Sqlite).await.unwrap();
+
+    let page = reqwest::get(format!("{}/docs", app.address)).await.unwrap();
+
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("id=\"pollReceipts\""));
+    assert!(!html.contains("<script"), "no script needed");
+    assert!(
+        !html.contains("http://") || html.contains("http://127.0.0.1"),
+        "no outside assets"
+    );
+}

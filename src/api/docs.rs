@@ -1,0 +1,318 @@
+//! `/docs`: openapi.yaml rendered as a readable HTML reference, on the server, with no
+//! script and no outside asset, so it works offline. Rendered once, on first request.
+
+use std::fmt::Write;
+use std::sync::OnceLock;
+
+use actix_web::HttpResponse;
+use serde_json::Value;
+
+use super::meta::OPENAPI_YAML;
+
+const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
+const STYLE: &str = "body{font:15px/1.5 system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#1d2330}\
+h1{margin-bottom:0}h2{border-bottom:1px solid #ddd;margin-top:2.5rem}\
+.op{border:1px solid #e2e5ea;border-radius:8px;padding:.2rem 1rem 1rem;margin:1.2rem 0}\
+.verb{font:600 13px monospace;padding:2px 8px;border-radius:4px;color:#fff;margin-right:.5rem}\
+.get{background:#2f7d4f}.post{background:#2c5fa8}.delete{background:#b23b3b}.put,.patch{background:#8a5a00}\
+code,pre{font:13px/1.45 ui-monospace,monospace;background:#f4f5f7;border-radius:4px}\
+code{padding:1px 4px}pre{padding:.7rem;overflow-x:auto}\
+table{border-collapse:collapse;width:100%;margin:.5rem 0}td,th{border-bottom:1px solid #eee;padding:4px 6px;text-align:left;vertical-align:top}\
+nav a{margin-right:1rem}.muted{color:#667}";
+
+pub async fn docs() -> HttpResponse {
+    static PAGE: OnceLock<String> = OnceLock::new();
+    let page = PAGE.get_or_init(|| match serde_yaml::from_str::<Value>(OPENAPI_YAML) {
+        Ok(spec) => render(&spec),
+        Err(e) => format!(
+            "<p>openapi.yaml could not be read: {}</p>",
+            escape(&e.to_string())
+        ),
+    });
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .body(page.clone())
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Just enough Markdown for the spec's descriptions: paragraphs, `##` headings, `-` and `1.`
+/// lists, `code` and **bold**.
+fn markdown(text: &str) -> String {
+    let mut html = String::new();
+    for block in text.split("\n\n").map(str::trim).filter(|b| !b.is_empty()) {
+        let lines: Vec<&str> = block.lines().collect();
+        if let Some(heading) = block.strip_prefix("## ") {
+            let _ = write!(html, "<h3>{}</h3>", inline(heading));
+        } else if lines.iter().all(|l| is_item(l) || l.starts_with("  ")) && is_item(lines[0]) {
+            html.push_str("<ul>");
+            let mut item = String::new();
+            for line in lines {
+                if is_item(line) && !item.is_empty() {
+                    let _ = write!(html, "<li>{}</li>", inline(&item));
+                    item.clear();
+                }
+                item.push_str(strip_marker(line.trim()));
+                item.push(' ');
+            }
+            let _ = write!(html, "<li>{}</li></ul>", inline(&item));
+        } else {
+            let _ = write!(html, "<p>{}</p>", inline(&lines.join(" ")));
+        }
+    }
+    html
+}
+
+fn is_item(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("- ") || numbered(t).is_some()
+}
+
+/// The text after a `1. ` marker.
+fn numbered(line: &str) -> Option<&str> {
+    let (n, rest) = line.split_once(". ")?;
+    (!n.is_empty() && n.chars().all(|c| c.is_ascii_digit())).then_some(rest)
+}
+
+fn strip_marker(line: &str) -> &str {
+    line.strip_prefix("- ")
+        .or_else(|| numbered(line))
+        .unwrap_or(line)
+}
+
+fn inline(text: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in escape(text).split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{part}</code>");
+        } else {
+            for (j, bold) in part.split("**").enumerate() {
+                if j % 2 == 1 {
+                    let _ = write!(out, "<strong>{bold}</strong>");
+                    continue;
+                }
+                for (k, emphasis) in bold.split('*').enumerate() {
+                    if k % 2 == 1 {
+                        let _ = write!(out, "<em>{emphasis}</em>");
+                    } else {
+                        out.push_str(emphasis);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The name of a `$ref`'d schema, or a short description of an inline one.
+fn type_name(schema: &Value) -> String {
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let name = r.rsplit('/').next().unwrap_or(r);
+        return format!("<a href=\"#schema-{name}\">{name}</a>");
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) if t == "array" => {
+            format!("array of {}", type_name(&schema["items"]))
+        }
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" | "),
+        _ => "object".into(),
+    }
+}
+
+fn resolve<'a>(spec: &'a Value, v: &'a Value) -> &'a Value {
+    match v.get("$ref").and_then(Value::as_str) {
+        Some(r) => spec.pointer(r.trim_start_matches('#')).unwrap_or(v),
+        None => v,
+    }
+}
+
+fn example_of(media: &Value) -> Option<String> {
+    let example = media.get("example").or_else(|| {
+        media
+            .get("examples")
+            .and_then(|e| e.as_object()?.values().next()?.get("value"))
+    })?;
+    Some(match example {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    })
+}
+
+fn render(spec: &Value) -> String {
+    let info = &spec["info"];
+    let mut html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title} API</title>\
+         <style>{STYLE}</style></head><body><h1>{title} API <span class=\"muted\">{version}</span></h1>\
+         <nav><a href=\"/openapi.yaml\">openapi.yaml</a><a href=\"/\">web client</a><a href=\"#schemas\">schemas</a></nav>{desc}",
+        title = escape(str_of(info, "title")),
+        version = escape(str_of(info, "version")),
+        desc = markdown(str_of(info, "description")),
+    );
+    html.push_str("<h2>Operations</h2>");
+    if let Some(paths) = spec["paths"].as_object() {
+        for (path, item) in paths {
+            for method in METHODS.iter().filter(|m| item.get(**m).is_some()) {
+                render_operation(&mut html, spec, path, method, &item[*method]);
+            }
+        }
+    }
+    html.push_str("<h2 id=\"schemas\">Schemas</h2>");
+    if let Some(schemas) = spec["components"]["schemas"].as_object() {
+        for (name, schema) in schemas {
+            render_schema(&mut html, name, schema);
+        }
+    }
+    html.push_str("</body></html>");
+    html
+}
+
+fn render_operation(html: &mut String, spec: &Value, path: &str, method: &str, op: &Value) {
+    let public = op["security"].as_array().is_some_and(|s| s.is_empty());
+    let _ = write!(
+        html,
+        "<div class=\"op\" id=\"{id}\"><h3><span class=\"verb {method}\">{verb}</span><code>{path}</code></h3>\
+         <p><strong>{summary}</strong>{auth}</p>{desc}",
+        id = escape(str_of(op, "operationId")),
+        verb = method.to_uppercase(),
+        path = escape(path),
+        summary = escape(str_of(op, "summary")),
+        auth = if public { " <span class=\"muted\">(no token)</span>" } else { "" },
+        desc = markdown(str_of(op, "description")),
+    );
+    if let Some(params) = op["parameters"].as_array().filter(|p| !p.is_empty()) {
+        html.push_str(
+            "<table><tr><th>Parameter</th><th>In</th><th>Type</th><th>Description</th></tr>",
+        );
+        for p in params.iter().map(|p| resolve(spec, p)) {
+            let _ = write!(
+                html,
+                "<tr><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(str_of(p, "name")),
+                if p["required"].as_bool() == Some(true) {
+                    " *"
+                } else {
+                    ""
+                },
+                escape(str_of(p, "in")),
+                type_name(&p["schema"]),
+                inline(str_of(p, "description"))
+            );
+        }
+        html.push_str("</table>");
+    }
+    if let Some(media) = op["requestBody"]["content"]["application/json"].as_object() {
+        let media = Value::Object(media.clone());
+        let _ = write!(html, "<p>Request body: {}</p>", type_name(&media["schema"]));
+        if let Some(example) = example_of(&media) {
+            let _ = write!(html, "<pre>{}</pre>", escape(&example));
+        }
+    }
+    if let Some(responses) = op["responses"].as_object() {
+        html.push_str("<table><tr><th>Status</th><th>Meaning</th><th>Body</th></tr>");
+        for (status, response) in responses {
+            let response = resolve(spec, response);
+            let body = response["content"]
+                .as_object()
+                .and_then(|c| c.values().next())
+                .map(|m| type_name(&m["schema"]))
+                .unwrap_or_default();
+            let _ = write!(
+                html,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(status),
+                inline(str_of(response, "description")),
+                body
+            );
+        }
+        html.push_str("</table>");
+        let ok = responses.iter().find(|(s, _)| s.starts_with('2'));
+        if let Some(example) =
+            ok.and_then(|(_, r)| example_of(&resolve(spec, r)["content"]["application/json"]))
+        {
+            let _ = write!(
+                html,
+                "<details><summary>Example response</summary><pre>{}</pre></details>",
+                escape(&example)
+            );
+        }
+    }
+    html.push_str("</div>");
+}
+
+fn render_schema(html: &mut String, name: &str, schema: &Value) {
+    let _ = write!(
+        html,
+        "<h3 id=\"schema-{name}\">{name}</h3>{}",
+        markdown(str_of(schema, "description"))
+    );
+    let Some(properties) = schema["properties"].as_object() else {
+        let _ = write!(html, "<p>{}</p>", type_name(schema));
+        return;
+    };
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    html.push_str("<table><tr><th>Field</th><th>Type</th><th>Description</th></tr>");
+    for (field, prop) in properties {
+        let _ = write!(
+            html,
+            "<tr><td><code>{}</code>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(field),
+            if required.contains(&field.as_str()) {
+                " *"
+            } else {
+                ""
+            },
+            type_name(prop),
+            inline(str_of(prop, "description"))
+        );
+    }
+    html.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_renders_lists_code_and_escapes_html() {
+        let html = markdown(
+            "Intro with `code` and <b>.\n\n- one. Two\n  wraps. On\n- **two** *em*\n\n## Head",
+        );
+        assert_eq!(
+            html,
+            "<p>Intro with <code>code</code> and &lt;b&gt;.</p><ul><li>one. Two wraps. On </li>\
+             <li><strong>two</strong> <em>em</em> </li></ul><h3>Head</h3>"
+        );
+    }
+
+    #[test]
+    fn every_operation_of_the_spec_is_on_the_page() {
+        let spec: Value = serde_yaml::from_str(OPENAPI_YAML).unwrap();
+        let page = render(&spec);
+        for (path, item) in spec["paths"].as_object().unwrap() {
+            for method in METHODS.iter().filter(|m| item.get(**m).is_some()) {
+                let id = item[*method]["operationId"].as_str().unwrap();
+                assert!(
+                    page.contains(&format!("id=\"{id}\"")),
+                    "{method} {path} missing"
+                );
+            }
+        }
+    }
+}
