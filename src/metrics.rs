@@ -112,7 +112,7 @@ pub async fn observe(
         tracing::info_span!("request", id = %request_id, method = %method, path = %req.path());
     let metrics = req
         .app_data::<actix_web::web::Data<crate::api::AppState>>()
-        .map(|s| s.clone());
+        .cloned();
     let mut response = next.call(req).instrument(span.clone()).await?;
     let route = response
         .request()
