@@ -1023,10 +1023,10 @@ export interface components {
             name: string;
             /**
              * @description Users to add as members besides the caller (who becomes the owner).
-             *     Duplicates and the caller's own id are ignored. Default empty.
-             * @default []
+             *     Duplicates and the caller's own id are ignored. Optional: leave it out for a
+             *     group of one.
              */
-            member_ids: components["schemas"]["UserId"][];
+            member_ids?: components["schemas"]["UserId"][];
         };
         /**
          * @example {
