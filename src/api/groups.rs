@@ -28,12 +28,15 @@ pub async fn create_group(
     let member_ids = parse_user_ids("member_ids", &body.member_ids)?;
     let owner = user.id().to_owned();
     let instance = state.instance();
-    let added = member_ids.clone();
+    // Everyone who joins, the owner included: their waiting polls must start watching it.
+    let joined: Vec<String> = std::iter::once(owner.clone())
+        .chain(member_ids.iter().cloned())
+        .collect();
     let (group, member_count) = state
         .db
         .write(move |conn| groups::create_group(conn, &owner, &name, &member_ids, &instance))
         .await?;
-    state.wake(added.into_iter().map(WakeEvent::MemberAdded));
+    state.wake(joined.into_iter().map(WakeEvent::MemberAdded));
     Ok(HttpResponse::Created().json(GroupView::new(group, member_count)))
 }
 

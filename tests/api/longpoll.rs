@@ -22,6 +22,7 @@ on_both_backends!(
     sync_reports_every_committed_message_under_concurrency,
     receipts_report_every_ack_under_concurrency,
     a_waiting_member_added_to_a_group_hears_its_first_message,
+    a_waiting_owner_hears_the_first_message_of_the_group_they_create,
 );
 
 on_both_backends!(with short_retention:
@@ -497,4 +498,23 @@ async fn message_retention_deletes_old_messages_and_keeps_cursors_and_ids(app: T
         "cursors are untouched"
     );
     assert_eq!(mine.body["groups"][0]["last_msg_id"], 4);
+}
+
+async fn a_waiting_owner_hears_the_first_message_of_the_group_they_create(app: TestApp) {
+    let cursor = app.cursor("alice", "/v1/sync").await;
+    let query = format!("?cursor={cursor}&timeout_s=30");
+
+    let (poll, group) = tokio::join!(app.poll_sync("alice", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let group = app.group_with("alice", &["bob"]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.send_ok("bob", group, "hi alice").await;
+        group
+    });
+
+    assert_eq!(poll.status, 200);
+    assert_eq!(
+        poll.body["groups"][0]["group_id"], group,
+        "the creation re-registered the wait"
+    );
 }
