@@ -5,6 +5,7 @@ mod helpers;
 
 mod acks;
 mod auth;
+mod authz;
 mod bad_input;
 mod groups;
 mod longpoll;
