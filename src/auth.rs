@@ -16,6 +16,8 @@ const DEV_SECRET_FILE: &str = "dev-jwt-secret";
 struct Claims {
     sub: String,
     exp: i64,
+    /// Informational; tokens from other issuers may leave it out.
+    #[serde(default)]
     iat: i64,
 }
 
@@ -40,6 +42,7 @@ impl TokenKeys {
         let key_error = |e: jsonwebtoken::errors::Error| TokenError::Signing(e.to_string());
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.validate_nbf = true;
         validation.leeway = 5;
         Ok(TokenKeys {
             encoding: EncodingKey::from_secret(secret).map_err(key_error)?,

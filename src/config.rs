@@ -110,6 +110,16 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = SqliteSync::Full, global = true)]
     pub sqlite_sync: SqliteSync,
 
+    /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
+    /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
+    #[arg(
+        long,
+        env = "CHORUS_KEEP_ALIVE_SECS",
+        default_value_t = 75,
+        global = true
+    )]
+    pub keep_alive_secs: u64,
+
     /// HTTP worker threads (0: one per core).
     #[arg(long, env = "CHORUS_WORKERS", default_value_t = 0, global = true)]
     pub workers: usize,
@@ -173,6 +183,7 @@ impl fmt::Debug for Settings {
             .field("pool_timeout_ms", &self.pool_timeout_ms)
             .field("statement_timeout_ms", &self.statement_timeout_ms)
             .field("sqlite_sync", &self.sqlite_sync)
+            .field("keep_alive_secs", &self.keep_alive_secs)
             .field("workers", &self.workers)
             .field("receipt_retention_secs", &self.receipt_retention_secs)
             .field("message_retention_secs", &self.message_retention_secs)
@@ -196,6 +207,7 @@ impl Settings {
             pool_timeout_ms: 3000,
             statement_timeout_ms: 10_000,
             sqlite_sync: SqliteSync::Full,
+            keep_alive_secs: 75,
             workers: 0,
             receipt_retention_secs: 7 * 24 * 3600,
             message_retention_secs: None,

@@ -71,7 +71,7 @@ impl Application {
                 retention_secs: settings.receipt_retention_secs,
             },
         });
-        let server = build_server(listener, state.clone(), settings.workers)?;
+        let server = build_server(listener, state.clone(), settings)?;
         tracing::info!(address = %settings.bind, port, "listening");
         Ok(Application {
             port,
@@ -147,7 +147,7 @@ async fn wait_for_signal() {
 fn build_server(
     listener: TcpListener,
     state: web::Data<AppState>,
-    workers: usize,
+    settings: &Settings,
 ) -> std::io::Result<Server> {
     let mut server = HttpServer::new(move || {
         App::new()
@@ -159,11 +159,12 @@ fn build_server(
             .configure(api::configure)
             .default_service(web::to(extract::route_not_found))
     })
+    .keep_alive(Duration::from_secs(settings.keep_alive_secs))
     .shutdown_timeout(5)
     .disable_signals()
     .listen(listener)?;
-    if workers > 0 {
-        server = server.workers(workers);
+    if settings.workers > 0 {
+        server = server.workers(settings.workers);
     }
     Ok(server.run())
 }

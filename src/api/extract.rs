@@ -32,22 +32,32 @@ fn authenticate(req: &HttpRequest) -> Result<AuthUser, ApiError> {
     let state = req
         .app_data::<web::Data<AppState>>()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("application state is missing")))?;
-    let value = req
-        .headers()
-        .get(header::AUTHORIZATION)
+    let mut values = req.headers().get_all(header::AUTHORIZATION);
+    let value = values
+        .next()
         .ok_or_else(|| ApiError::Unauthorized("missing Authorization: Bearer <token>".into()))?;
-    let token = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| ApiError::Unauthorized("Authorization must be 'Bearer <token>'".into()))?;
+    // Two headers could make a proxy and this server disagree on who is calling.
+    if values.next().is_some() {
+        return Err(ApiError::Unauthorized(
+            "send exactly one Authorization header".into(),
+        ));
+    }
+    let token =
+        value.to_str().ok().and_then(bearer_token).ok_or_else(|| {
+            ApiError::Unauthorized("Authorization must be 'Bearer <token>'".into())
+        })?;
     state
         .keys
         .verify(token)
         .map(AuthUser)
         .map_err(|_| ApiError::Unauthorized("invalid or expired token".into()))
+}
+
+/// The token of a `Bearer` credential; the scheme is case-insensitive (RFC 7235).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 pub fn json_config() -> web::JsonConfig {

@@ -180,7 +180,8 @@ pub fn changed_groups(
 }
 
 /// Messages sent by `sender_id` whose receipts changed between `from` and `to` (someone else
-/// acked a range covering them), ordered by (group, msg), after `after`.
+/// acked a range covering them), ordered by (group, msg), after `after`. Only messages the
+/// sender may still see: in groups they belong to, sent since they (last) joined.
 pub fn changed_receipts(
     conn: &mut AnyConnection,
     sender_id: &str,
@@ -198,18 +199,21 @@ pub fn changed_receipts(
          FROM receipt_events e \
          JOIN group_msgs m ON m.group_id = e.group_id AND m.sender_id = $1 \
               AND m.msg_id > e.from_msg_id AND m.msg_id <= e.to_msg_id \
-         WHERE e.reader_id <> $2 \
-           AND (m.group_id > $3 OR (m.group_id = $4 AND m.msg_id > $5)) \
+         JOIN group_members gm ON gm.group_id = m.group_id AND gm.user_id = $2 \
+              AND m.msg_id > gm.joined_after_msg_id \
+         WHERE e.reader_id <> $3 \
+           AND (m.group_id > $4 OR (m.group_id = $5 AND m.msg_id > $6)) \
            AND {window} \
          ORDER BY m.group_id, m.msg_id LIMIT ${limit_at}",
-        window = window_sql(conn, column, 6),
+        window = window_sql(conn, column, 7),
         limit_at = if matches!(conn, AnyConnection::Postgresql(_)) {
-            10
+            11
         } else {
-            8
+            9
         },
     );
     let query = diesel::sql_query(sql)
+        .bind::<Text, _>(sender_id)
         .bind::<Text, _>(sender_id)
         .bind::<Text, _>(sender_id)
         .bind::<BigInt, _>(after.group_id)

@@ -104,21 +104,30 @@ pub fn find_message(
         .optional()
 }
 
-/// Deletes up to `batch` messages created before `cutoff` (message retention); returns how
-/// many went. Ids are never reused: the group's counter is not touched.
+/// Deletes up to `batch` of the oldest messages created before `cutoff` (message
+/// retention); returns how many went. Ids are never reused: the group's counter is not
+/// touched. Messages are stored in time order, so the walk reads the oldest rows by primary
+/// key and stops at the first one still kept: no index on `created_at` is needed and a sweep
+/// with nothing to delete reads one page.
 pub fn delete_messages_before(
     conn: &mut AnyConnection,
     cutoff: chrono::NaiveDateTime,
     batch: i64,
 ) -> QueryResult<usize> {
-    use diesel::sql_types::{BigInt, Timestamp};
-    diesel::sql_query(
-        "DELETE FROM group_msgs WHERE id IN \
-         (SELECT id FROM group_msgs WHERE created_at < $1 ORDER BY id LIMIT $2)",
-    )
-    .bind::<Timestamp, _>(cutoff)
-    .bind::<BigInt, _>(batch)
-    .execute(conn)
+    let oldest: Vec<(i64, chrono::NaiveDateTime)> = group_msgs::table
+        .select((group_msgs::id, group_msgs::created_at))
+        .order(group_msgs::id.asc())
+        .limit(batch)
+        .load(conn)?;
+    let expired: Vec<i64> = oldest
+        .iter()
+        .take_while(|(_, created_at)| *created_at < cutoff)
+        .map(|(id, _)| *id)
+        .collect();
+    if expired.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&expired))).execute(conn)
 }
 
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.

@@ -286,6 +286,9 @@ const MIGRATION_LOCK_KEY: i64 = 0x4348_4f52_5553;
 pub fn run_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> {
     let applied = match conn {
         AnyConnection::Postgresql(c) => {
+            // Migrations may wait for another instance's and may run long: the request
+            // statement timeout does not apply to them.
+            c.batch_execute("SET statement_timeout = 0")?;
             c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))?;
             let result = c
                 .run_pending_migrations(POSTGRES_MIGRATIONS)

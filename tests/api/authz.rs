@@ -20,6 +20,7 @@ use crate::helpers::{check_against_spec, spec, Backend, TestApp, TEST_SECRET};
 use crate::on_both_backends;
 
 on_both_backends!(
+    receipt_feed_reports_only_groups_and_messages_the_sender_may_see,
     every_route_answers_every_caller_as_the_table_says,
     token_variants_authenticate_only_well_formed_hs256_tokens,
     one_users_token_never_reaches_another_users_data,
@@ -561,9 +562,6 @@ struct Variant {
     /// The Authorization header values sent, in order.
     headers: Vec<String>,
     outcome: Outcome,
-    /// Set while the server gets this one wrong: the variant then runs only in the ignored
-    /// `known_bugs` tests below, so the suite stays green until src/ is fixed.
-    known_bug: Option<&'static str>,
 }
 
 fn variant(name: &'static str, headers: Vec<String>, outcome: Outcome) -> Variant {
@@ -571,7 +569,6 @@ fn variant(name: &'static str, headers: Vec<String>, outcome: Outcome) -> Varian
         name,
         headers,
         outcome,
-        known_bug: None,
     }
 }
 
@@ -655,15 +652,16 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
             As(SUB_64),
         ),
         variant("sub a number", sub(json!(42)), Rejected),
+        // RFC 7235: the auth scheme is case-insensitive.
         variant(
             "scheme in lowercase: bearer",
             vec![format!("bearer {good}")],
-            Rejected,
+            As(OWNER),
         ),
         variant(
             "scheme in uppercase: BEARER",
             vec![format!("BEARER {good}")],
-            Rejected,
+            As(OWNER),
         ),
         variant("token without a scheme", vec![good.clone()], Rejected),
         variant(
@@ -671,47 +669,29 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
             vec!["Bearer not-a-jwt".to_owned(), format!("Bearer {good}")],
             Rejected,
         ),
-        Variant {
-            known_bug: Some(
-                "src/api/extract.rs authenticate() reads only the first Authorization header",
-            ),
-            ..variant(
-                "two Authorization headers: valid, then garbage",
-                vec![format!("Bearer {good}"), "Bearer not-a-jwt".to_owned()],
-                Rejected,
-            )
-        },
-        Variant {
-            known_bug: Some(
-                "src/api/extract.rs authenticate() reads only the first Authorization header",
-            ),
-            ..variant(
-                "two Authorization headers: owner's, then outsider's",
-                vec![
-                    format!("Bearer {good}"),
-                    format!("Bearer {}", app.token(OUTSIDER)),
-                ],
-                Rejected,
-            )
-        },
-        Variant {
-            known_bug: Some("src/auth.rs TokenKeys::new leaves Validation::validate_nbf false"),
-            ..variant(
-                "nbf an hour ahead (RFC 7519 4.1.5)",
-                signed(json!({"sub": OWNER, "iat": now, "nbf": now + 3600, "exp": now + 7200})),
-                Rejected,
-            )
-        },
-        Variant {
-            known_bug: Some(
-                "src/auth.rs Claims.iat is required, openapi.yaml asks only for sub and exp",
-            ),
-            ..variant(
-                "no iat",
-                signed(json!({"sub": OWNER, "exp": now + 600})),
-                As(OWNER),
-            )
-        },
+        variant(
+            "two Authorization headers: valid, then garbage",
+            vec![format!("Bearer {good}"), "Bearer not-a-jwt".to_owned()],
+            Rejected,
+        ),
+        variant(
+            "two Authorization headers: owner's, then outsider's",
+            vec![
+                format!("Bearer {good}"),
+                format!("Bearer {}", app.token(OUTSIDER)),
+            ],
+            Rejected,
+        ),
+        variant(
+            "nbf an hour ahead (RFC 7519 4.1.5)",
+            signed(json!({"sub": OWNER, "iat": now, "nbf": now + 3600, "exp": now + 7200})),
+            Rejected,
+        ),
+        variant(
+            "no iat",
+            signed(json!({"sub": OWNER, "exp": now + 600})),
+            As(OWNER),
+        ),
     ]
 }
 
@@ -753,9 +733,8 @@ async fn check_token_variants(app: &TestApp, variants: &[Variant]) -> usize {
                 }
             };
             if let Err(why) = verdict {
-                let bug = v.known_bug.map(|b| format!(" [{b}]")).unwrap_or_default();
                 failures.push(format!(
-                    "{} on {path}: {why} ({:?}), got {} {}{bug}",
+                    "{} on {path}: {why} ({:?}), got {} {}",
                     v.name, v.outcome, reply.status, reply.body
                 ));
             }
@@ -771,10 +750,7 @@ async fn check_token_variants(app: &TestApp, variants: &[Variant]) -> usize {
 }
 
 async fn token_variants_authenticate_only_well_formed_hs256_tokens(app: TestApp) {
-    let variants: Vec<Variant> = token_variants(&app)
-        .into_iter()
-        .filter(|v| v.known_bug.is_none())
-        .collect();
+    let variants = token_variants(&app);
     let sent = check_token_variants(&app, &variants).await;
     summary(format!(
         "authz tokens [{}]: {} variants x 2 routes = {sent} cases passed",
@@ -906,47 +882,6 @@ async fn one_users_token_never_reaches_another_users_data(app: TestApp) {
          and sync feeds stayed per user",
         backend_name(&app)
     ));
-}
-
-// Known bugs: the right expectation, failing until src/ is fixed. Ignored so the suite stays
-// green; run them with `cargo test --test api authz -- --ignored`, and drop the `#[ignore]`
-// with the fix.
-macro_rules! known_bug {
-    ($reason:literal: $($scenario:ident),* $(,)?) => { $(
-        mod $scenario {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = $reason]
-            async fn sqlite() {
-                let app = $crate::helpers::spawn_app($crate::helpers::Backend::Sqlite).await;
-                super::$scenario(app.expect("sqlite app")).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            #[ignore = $reason]
-            async fn postgres() {
-                match $crate::helpers::spawn_app($crate::helpers::Backend::Postgres).await {
-                    Some(app) => super::$scenario(app).await,
-                    None => eprintln!("skipped: {} is not set", $crate::helpers::PG_URL_VAR),
-                }
-            }
-        }
-    )* };
-}
-
-known_bug!(
-    "BUG: src/db/changes.rs changed_receipts ignores the sender's membership":
-    receipt_feed_reports_only_groups_and_messages_the_sender_may_see,
-);
-known_bug!(
-    "BUG: two Authorization headers, nbf and iat (see token_variants)":
-    token_variants_the_server_gets_wrong,
-);
-
-async fn token_variants_the_server_gets_wrong(app: TestApp) {
-    let variants: Vec<Variant> = token_variants(&app)
-        .into_iter()
-        .filter(|v| v.known_bug.is_some())
-        .collect();
-    check_token_variants(&app, &variants).await;
 }
 
 /// GET …/messages/{msg_id}/receipts refuses a sender who left (403) or whose message predates

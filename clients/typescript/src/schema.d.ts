@@ -1990,7 +1990,10 @@ export interface operations {
                      */
                     "application/yaml": {
                         openapi: string;
-                        info: Record<string, never>;
+                        info: {
+                            title: string;
+                            version: string;
+                        };
                         paths: Record<string, never>;
                     };
                 };
