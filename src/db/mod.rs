@@ -246,7 +246,11 @@ impl Db {
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        run_blocking(self.writer.clone(), f).await
+        run_blocking(self.writer.clone(), |conn| match conn {
+            AnyConnection::Sqlite(_) => write_immediately(conn, f),
+            AnyConnection::Postgresql(_) => f(conn),
+        })
+        .await
     }
 
     /// Connections checked out and connections idle, summed over the pools.
@@ -325,4 +329,26 @@ pub fn is_ready(conn: &mut AnyConnection) -> bool {
 pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
     use r2d2::ManageConnection;
     ConnectionManager::new(settings).connect()
+}
+
+/// SQLite: runs `f` in a `BEGIN IMMEDIATE` transaction, so the write lock is taken (waiting up
+/// to the busy timeout) before the first read; transactions inside `f` become savepoints.
+fn write_immediately<T, F>(conn: &mut AnyConnection, f: F) -> QueryResult<T>
+where
+    F: FnOnce(&mut AnyConnection) -> QueryResult<T>,
+{
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    if let AnyConnection::Sqlite(c) = conn {
+        AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?;
+    }
+    match f(conn) {
+        Ok(value) => {
+            <AnyConnection as Connection>::TransactionManager::commit_transaction(conn)?;
+            Ok(value)
+        }
+        Err(e) => {
+            let _ = <AnyConnection as Connection>::TransactionManager::rollback_transaction(conn);
+            Err(e)
+        }
+    }
 }
