@@ -8,6 +8,7 @@ use std::time::Duration;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 
+use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
@@ -34,7 +35,10 @@ impl Application {
             tracing::info!(applied, "migrations applied");
         }
         let db = Db::connect(&db_settings)?;
-        let keys = load_keys(settings)?;
+        let (secret, development) =
+            auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
+        let keys = TokenKeys::new(&secret, development)?;
+        let cursors = CursorSigner::new(&secret);
         if keys.development {
             tracing::warn!(
                 data_dir = %settings.data_dir.display(),
@@ -66,6 +70,7 @@ impl Application {
             db,
             keys,
             metrics: Metrics::new()?,
+            cursors,
             notifier,
             longpoll: LongPollSettings {
                 retention_secs: settings.receipt_retention_secs,

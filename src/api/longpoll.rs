@@ -51,6 +51,56 @@ pub struct Window {
 }
 
 const CURSOR_VERSION: &str = "1";
+/// Cursors are not accepted from more than this far in the future (clock skew between
+/// instances).
+const MAX_CLOCK_SKEW_SECS: i64 = 300;
+const TAG_BYTES: usize = 16;
+
+/// Signs and checks cursors, so only cursors this service issued are read: a client can
+/// neither forge a snapshot nor make an old cursor look new.
+pub struct CursorSigner {
+    key: Vec<u8>,
+}
+
+impl CursorSigner {
+    /// Derives the cursor key from the token secret, so instances sharing a secret accept
+    /// each other's cursors and the secret itself signs only tokens.
+    pub fn new(secret: &[u8]) -> CursorSigner {
+        CursorSigner {
+            key: Self::mac(secret, b"chorus long-poll cursor key").to_vec(),
+        }
+    }
+
+    fn mac(key: &[u8], data: &[u8]) -> [u8; 32] {
+        use hmac::{KeyInit, Mac};
+        let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(key)
+            .expect("HMAC accepts keys of any length");
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
+
+    fn sign(&self, text: &str) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let tag = Self::mac(&self.key, text.as_bytes());
+        format!("{}.{}", b64.encode(text), b64.encode(&tag[..TAG_BYTES]))
+    }
+
+    fn open(&self, raw: &str) -> Option<String> {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (body, tag) = raw.split_once('.')?;
+        let text = String::from_utf8(b64.decode(body).ok()?).ok()?;
+        let expected = Self::mac(&self.key, text.as_bytes());
+        let given = b64.decode(tag).ok()?;
+        // Constant-time comparison: the tag must not be guessable byte by byte.
+        let same = given.len() == TAG_BYTES
+            && given
+                .iter()
+                .zip(&expected[..TAG_BYTES])
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        same.then_some(text)
+    }
+}
 
 impl FeedCursor {
     pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedCursor {
@@ -62,7 +112,7 @@ impl FeedCursor {
         }
     }
 
-    pub fn encode(&self) -> String {
+    pub fn encode(&self, signer: &CursorSigner) -> String {
         let feed = match self.feed {
             Feed::Messages => "m",
             Feed::Receipts => "r",
@@ -81,15 +131,12 @@ impl FeedCursor {
                 w.after.msg_id
             ));
         }
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+        signer.sign(&text)
     }
 
-    /// Parses a cursor this server issued for `feed`; None for anything else.
-    pub fn decode(raw: &str, feed: Feed) -> Option<FeedCursor> {
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(raw)
-            .ok()?;
-        let text = String::from_utf8(bytes).ok()?;
+    /// Reads a cursor this service issued for `feed`; None for anything else.
+    pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedCursor> {
+        let text = signer.open(raw)?;
         let parts: Vec<&str> = text.split('.').collect();
         let feed_tag = match feed {
             Feed::Messages => "m",
@@ -98,13 +145,15 @@ impl FeedCursor {
         if parts.len() < 4 || parts[0] != CURSOR_VERSION || parts[1] != feed_tag {
             return None;
         }
-        let seen_at = parts[2].parse().ok()?;
+        let latest = chrono::Utc::now().timestamp() + MAX_CLOCK_SKEW_SECS;
+        let time = |t: &str| t.parse::<i64>().ok().filter(|t| (0..=latest).contains(t));
+        let seen_at = time(parts[2])?;
         let seen = Snapshot::parse(parts[3])?;
         let window = match parts.len() {
             4 => None,
             8 => Some(Window {
                 upto: Snapshot::parse(parts[4])?,
-                upto_at: parts[5].parse().ok()?,
+                upto_at: time(parts[5])?,
                 after: MessageRef {
                     group_id: parts[6].parse().ok()?,
                     msg_id: parts[7].parse().ok()?,
@@ -206,10 +255,12 @@ pub async fn long_poll<T: Send + 'static>(
             has_more: false,
         });
     };
-    let mut cursor = FeedCursor::decode(raw, feed).ok_or_else(|| {
+    let mut cursor = FeedCursor::decode(raw, feed, &state.cursors).ok_or_else(|| {
         ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
     })?;
-    let age = chrono::Utc::now().timestamp() - cursor.seen_at;
+    let age = chrono::Utc::now()
+        .timestamp()
+        .saturating_sub(cursor.seen_at);
     if age > state.longpoll.retention_secs {
         return Err(ApiError::CursorExpired(format!(
             "the cursor is {age} s old; changes are kept {} s. Start again without a cursor and \
@@ -287,6 +338,7 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_are_bound_to_their_feed() {
+        let signer = CursorSigner::new(b"test secret");
         let seen = Snapshot {
             xmin: 5,
             xmax: 9,
@@ -294,10 +346,13 @@ mod tests {
         };
         let mut cursor = FeedCursor::at(Feed::Receipts, seen.clone(), 1_700_000_000);
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(), Feed::Receipts),
+            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor.clone())
         );
-        assert_eq!(FeedCursor::decode(&cursor.encode(), Feed::Messages), None);
+        assert_eq!(
+            FeedCursor::decode(&cursor.encode(&signer), Feed::Messages, &signer),
+            None
+        );
         cursor.window = Some(Window {
             upto: Snapshot {
                 xmin: 9,
@@ -311,11 +366,79 @@ mod tests {
             },
         });
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(), Feed::Receipts),
+            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor)
         );
-        assert_eq!(FeedCursor::decode("not-a-cursor", Feed::Receipts), None);
-        assert_eq!(FeedCursor::decode("", Feed::Receipts), None);
+        assert_eq!(
+            FeedCursor::decode("not-a-cursor", Feed::Receipts, &signer),
+            None
+        );
+        assert_eq!(FeedCursor::decode("", Feed::Receipts, &signer), None);
+    }
+
+    #[test]
+    fn forged_tampered_and_foreign_cursors_are_refused() {
+        let signer = CursorSigner::new(b"test secret");
+        let other = CursorSigner::new(b"another secret");
+        let now = chrono::Utc::now().timestamp();
+        let cursor = FeedCursor::at(
+            Feed::Messages,
+            Snapshot {
+                xmin: 3,
+                xmax: 3,
+                xip: vec![],
+            },
+            now,
+        );
+        let issued = cursor.encode(&signer);
+        let (body, tag) = issued.split_once('.').unwrap();
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let forged_body = b64.encode(format!("1.m.{now}.0:0:"));
+
+        assert_eq!(
+            FeedCursor::decode(&issued, Feed::Messages, &signer),
+            Some(cursor)
+        );
+        assert_eq!(
+            FeedCursor::decode(&issued, Feed::Messages, &other),
+            None,
+            "another secret"
+        );
+        assert_eq!(
+            FeedCursor::decode(&format!("{forged_body}.{tag}"), Feed::Messages, &signer),
+            None
+        );
+        assert_eq!(
+            FeedCursor::decode(body, Feed::Messages, &signer),
+            None,
+            "no tag"
+        );
+        let future = FeedCursor::at(
+            Feed::Messages,
+            Snapshot {
+                xmin: 3,
+                xmax: 3,
+                xip: vec![],
+            },
+            i64::MAX,
+        );
+        assert_eq!(
+            FeedCursor::decode(&future.encode(&signer), Feed::Messages, &signer),
+            None
+        );
+        let ancient = FeedCursor::at(
+            Feed::Messages,
+            Snapshot {
+                xmin: 3,
+                xmax: 3,
+                xip: vec![],
+            },
+            i64::MIN,
+        );
+        assert_eq!(
+            FeedCursor::decode(&ancient.encode(&signer), Feed::Messages, &signer),
+            None
+        );
     }
 
     #[test]

@@ -32,12 +32,14 @@ use crate::notify::Notifier;
 use crate::wake::WakeEvent;
 use error::ApiError;
 use extract::AuthUser;
+use longpoll::CursorSigner;
 use Audience::{AnyUser, Development, GroupMember, Public};
 
 pub struct AppState {
     pub db: Db,
     pub keys: TokenKeys,
     pub metrics: Metrics,
+    pub cursors: CursorSigner,
     pub notifier: Arc<Notifier>,
     pub longpoll: LongPollSettings,
 }

@@ -91,7 +91,7 @@ pub async fn poll_receipts(
     let page = long_poll(&state, &user, Feed::Receipts, &query, fetch_receipt_changes).await?;
     Ok(HttpResponse::Ok().json(ReceiptChangesPage {
         changes: page.items,
-        cursor: page.next.encode(),
+        cursor: page.next.encode(&state.cursors),
         has_more: page.has_more,
     }))
 }

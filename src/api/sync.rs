@@ -22,7 +22,7 @@ pub async fn poll_sync(
     let page = long_poll(&state, &user, Feed::Messages, &query, fetch_changed_groups).await?;
     Ok(HttpResponse::Ok().json(SyncPage {
         groups: page.items,
-        cursor: page.next.encode(),
+        cursor: page.next.encode(&state.cursors),
         has_more: page.has_more,
     }))
 }

@@ -40,8 +40,13 @@ impl Snapshot {
                 .map(|x| x.parse().ok())
                 .collect::<Option<Vec<i64>>>()?
         };
+        // What PostgreSQL's pg_snapshot accepts: valid (non-zero low half) ids, xip ascending
+        // within [xmin, xmax). Cursors are signed, so this guards against our own mistakes.
+        let valid_id = |x: i64| x >= 1 && (x & 0xFFFF_FFFF) != 0;
+        let ascending = xip.windows(2).all(|w| w[0] < w[1]);
         let in_range = xip.iter().all(|x| *x >= xmin && *x < xmax);
-        (xmin >= 0 && xmin <= xmax && in_range).then_some(Snapshot { xmin, xmax, xip })
+        (valid_id(xmin) && valid_id(xmax) && xmin <= xmax && ascending && in_range)
+            .then_some(Snapshot { xmin, xmax, xip })
     }
 }
 
@@ -253,5 +258,8 @@ mod tests {
         assert_eq!(Snapshot::parse("1:5:7"), None);
         assert_eq!(Snapshot::parse("a:b:"), None);
         assert_eq!(Snapshot::parse("-1:5:"), None);
+        assert_eq!(Snapshot::parse("0:0:"), None);
+        assert_eq!(Snapshot::parse("1:9:7,3"), None, "xip must ascend");
+        assert_eq!(Snapshot::parse("4294967296:4294967296:"), None);
     }
 }
