@@ -163,13 +163,7 @@ pub fn my_groups_by_id(
         .inner_join(groups::table)
         .filter(group_members::user_id.eq(user_id))
         .filter(group_members::group_id.eq_any(group_ids))
-        .select((
-            groups::group_id,
-            groups::name,
-            groups::last_msg_id,
-            group_members::last_ack_msg_id,
-            group_members::last_read_msg_id,
-        ))
+        .select(MyGroupRow::as_select())
         .order(group_members::group_id.asc())
         .load(conn)
 }
@@ -208,11 +202,16 @@ pub fn advance_cursors(
         .get_result(conn)
 }
 
-/// One row of a user's group list with the figures unread counts are computed from.
-#[derive(Queryable, Debug, Clone)]
+/// One row of a user's group list with the figures unread counts are computed from: a
+/// membership joined with its group.
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = group_members)]
 pub struct MyGroupRow {
+    #[diesel(select_expression = groups::group_id)]
     pub group_id: i64,
+    #[diesel(select_expression = groups::name)]
     pub name: String,
+    #[diesel(select_expression = groups::last_msg_id)]
     pub last_msg_id: i64,
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
@@ -231,13 +230,7 @@ pub fn my_groups(
         .inner_join(groups::table)
         .filter(group_members::user_id.eq(user_id))
         .filter(group_members::group_id.gt(after_group_id))
-        .select((
-            groups::group_id,
-            groups::name,
-            groups::last_msg_id,
-            group_members::last_ack_msg_id,
-            group_members::last_read_msg_id,
-        ))
+        .select(MyGroupRow::as_select())
         .order(group_members::group_id.asc())
         .limit(limit)
         .into_boxed();
