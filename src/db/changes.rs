@@ -122,21 +122,67 @@ pub struct MessageRef {
     pub msg_id: i64,
 }
 
-/// The visibility test for column `col` between `from` and `to`, with its first bind at `$n`.
-/// PostgreSQL binds: from.xmin, to.xmax, from, to. SQLite binds: from.xmax, to.xmax.
-fn window_sql(conn: &AnyConnection, col: &str, n: usize) -> String {
-    match conn {
-        AnyConnection::Postgresql(_) => format!(
-            "{col} >= ${a} AND {col} < ${b} \
-             AND NOT pg_visible_in_snapshot({col}::text::xid8, ${c}::text::pg_snapshot) \
-             AND pg_visible_in_snapshot({col}::text::xid8, ${d}::text::pg_snapshot)",
-            a = n,
-            b = n + 1,
-            c = n + 2,
-            d = n + 3
-        ),
-        AnyConnection::Sqlite(_) => format!("{col} >= ${} AND {col} < ${}", n, n + 1),
+/// A change-feed query: `sql` holds its other conditions with binds `$1..$k`, and `{window}`
+/// and `{limit}` where the window test and the limit go. The window binds follow the query's
+/// own, so one function places and binds them for both engines.
+struct WindowQuery<'a> {
+    sql: &'a str,
+    own_binds: usize,
+    /// The change table's alias, whose rows the window selects.
+    alias: &'a str,
+}
+
+impl WindowQuery<'_> {
+    /// The SQL for this engine. PostgreSQL tests the writing transaction's id against both
+    /// snapshots; SQLite compares row ids (commit order there).
+    fn render(&self, conn: &AnyConnection) -> String {
+        let n = self.own_binds + 1;
+        let (window, limit_at) = match conn {
+            AnyConnection::Postgresql(_) => {
+                let col = format!("{}.tx", self.alias);
+                (
+                    format!(
+                        "{col} >= ${a} AND {col} < ${b} \
+                         AND NOT pg_visible_in_snapshot({col}::text::xid8, ${c}::text::pg_snapshot) \
+                         AND pg_visible_in_snapshot({col}::text::xid8, ${d}::text::pg_snapshot)",
+                        a = n,
+                        b = n + 1,
+                        c = n + 2,
+                        d = n + 3
+                    ),
+                    n + 4,
+                )
+            }
+            AnyConnection::Sqlite(_) => {
+                let col = format!("{}.id", self.alias);
+                (format!("{col} >= ${} AND {col} < ${}", n, n + 1), n + 2)
+            }
+        };
+        self.sql
+            .replace("{window}", &window)
+            .replace("{limit}", &format!("${limit_at}"))
     }
+}
+
+/// Binds the window between `from` and `to` and the limit after the query's own binds, and
+/// loads the rows on the connection's engine.
+macro_rules! load_window {
+    ($conn:expr, $query:expr, $from:expr, $to:expr, $limit:expr) => {
+        match $conn {
+            AnyConnection::Postgresql(c) => $query
+                .bind::<BigInt, _>($from.xmin)
+                .bind::<BigInt, _>($to.xmax)
+                .bind::<Text, _>($from.to_text())
+                .bind::<Text, _>($to.to_text())
+                .bind::<BigInt, _>($limit)
+                .load(c),
+            AnyConnection::Sqlite(c) => $query
+                .bind::<BigInt, _>($from.xmax)
+                .bind::<BigInt, _>($to.xmax)
+                .bind::<BigInt, _>($limit)
+                .load(c),
+        }
+    };
 }
 
 /// Groups of `user_id` with messages committed between `from` and `to`, ordered by id, after
@@ -149,39 +195,19 @@ pub fn changed_groups(
     after_group_id: i64,
     limit: i64,
 ) -> QueryResult<Vec<GroupRef>> {
-    let column = match conn {
-        AnyConnection::Postgresql(_) => "m.tx",
-        AnyConnection::Sqlite(_) => "m.id",
-    };
-    let sql = format!(
-        "SELECT DISTINCT m.group_id AS group_id FROM group_msgs m \
-         WHERE m.group_id IN (SELECT gm.group_id FROM group_members gm WHERE gm.user_id = $1) \
-           AND m.group_id > $2 AND {window} \
-         ORDER BY m.group_id LIMIT ${limit_at}",
-        window = window_sql(conn, column, 3),
-        limit_at = if matches!(conn, AnyConnection::Postgresql(_)) {
-            7
-        } else {
-            5
-        },
-    );
+    let sql = WindowQuery {
+        sql: "SELECT DISTINCT m.group_id AS group_id FROM group_msgs m \
+              WHERE m.group_id IN (SELECT gm.group_id FROM group_members gm WHERE gm.user_id = $1) \
+                AND m.group_id > $2 AND {window} \
+              ORDER BY m.group_id LIMIT {limit}",
+        own_binds: 2,
+        alias: "m",
+    }
+    .render(conn);
     let query = diesel::sql_query(sql)
         .bind::<Text, _>(user_id)
         .bind::<BigInt, _>(after_group_id);
-    match conn {
-        AnyConnection::Postgresql(c) => query
-            .bind::<BigInt, _>(from.xmin)
-            .bind::<BigInt, _>(to.xmax)
-            .bind::<Text, _>(from.to_text())
-            .bind::<Text, _>(to.to_text())
-            .bind::<BigInt, _>(limit)
-            .load(c),
-        AnyConnection::Sqlite(c) => query
-            .bind::<BigInt, _>(from.xmax)
-            .bind::<BigInt, _>(to.xmax)
-            .bind::<BigInt, _>(limit)
-            .load(c),
-    }
+    load_window!(conn, query, from, to, limit)
 }
 
 /// Messages sent by `sender_id` whose receipts changed between `from` and `to` (someone else
@@ -195,28 +221,21 @@ pub fn changed_receipts(
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<Vec<MessageRef>> {
-    let column = match conn {
-        AnyConnection::Postgresql(_) => "e.tx",
-        AnyConnection::Sqlite(_) => "e.id",
-    };
-    let sql = format!(
-        "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
-         FROM receipt_events e \
-         JOIN group_msgs m ON m.group_id = e.group_id AND m.sender_id = $1 \
-              AND m.msg_id > e.from_msg_id AND m.msg_id <= e.to_msg_id \
-         JOIN group_members gm ON gm.group_id = m.group_id AND gm.user_id = $2 \
-              AND m.msg_id > gm.joined_after_msg_id \
-         WHERE e.reader_id <> $3 \
-           AND (m.group_id > $4 OR (m.group_id = $5 AND m.msg_id > $6)) \
-           AND {window} \
-         ORDER BY m.group_id, m.msg_id LIMIT ${limit_at}",
-        window = window_sql(conn, column, 7),
-        limit_at = if matches!(conn, AnyConnection::Postgresql(_)) {
-            11
-        } else {
-            9
-        },
-    );
+    let sql = WindowQuery {
+        sql: "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
+              FROM receipt_events e \
+              JOIN group_msgs m ON m.group_id = e.group_id AND m.sender_id = $1 \
+                   AND m.msg_id > e.from_msg_id AND m.msg_id <= e.to_msg_id \
+              JOIN group_members gm ON gm.group_id = m.group_id AND gm.user_id = $2 \
+                   AND m.msg_id > gm.joined_after_msg_id \
+              WHERE e.reader_id <> $3 \
+                AND (m.group_id > $4 OR (m.group_id = $5 AND m.msg_id > $6)) \
+                AND {window} \
+              ORDER BY m.group_id, m.msg_id LIMIT {limit}",
+        own_binds: 6,
+        alias: "e",
+    }
+    .render(conn);
     let query = diesel::sql_query(sql)
         .bind::<Text, _>(sender_id)
         .bind::<Text, _>(sender_id)
@@ -224,20 +243,7 @@ pub fn changed_receipts(
         .bind::<BigInt, _>(after.group_id)
         .bind::<BigInt, _>(after.group_id)
         .bind::<BigInt, _>(after.msg_id);
-    match conn {
-        AnyConnection::Postgresql(c) => query
-            .bind::<BigInt, _>(from.xmin)
-            .bind::<BigInt, _>(to.xmax)
-            .bind::<Text, _>(from.to_text())
-            .bind::<Text, _>(to.to_text())
-            .bind::<BigInt, _>(limit)
-            .load(c),
-        AnyConnection::Sqlite(c) => query
-            .bind::<BigInt, _>(from.xmax)
-            .bind::<BigInt, _>(to.xmax)
-            .bind::<BigInt, _>(limit)
-            .load(c),
-    }
+    load_window!(conn, query, from, to, limit)
 }
 
 #[cfg(test)]
