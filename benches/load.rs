@@ -13,6 +13,10 @@
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.
 
+#[path = "../tests/support/scratch_pg.rs"]
+mod scratch_pg;
+use scratch_pg::ScratchPg;
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
@@ -200,7 +204,7 @@ async fn bench_engine(engine: Engine, scenario: Scenario) -> Result<EngineReport
 /// A database that exists for one engine run only.
 enum BenchDb {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { admin_url: String, name: String },
+    Postgres(#[allow(dead_code)] ScratchPg),
 }
 
 impl BenchDb {
@@ -214,42 +218,11 @@ impl BenchDb {
             return Ok((BenchDb::Sqlite(dir), url));
         }
         let admin_url = std::env::var(PG_URL_VAR).unwrap_or_else(|_| PG_DEFAULT_URL.into());
-        let redacted = chorus::config::redact_url(&admin_url);
-        let mut admin = diesel::PgConnection::establish(&admin_url).map_err(|e| {
-            format!("PostgreSQL at {redacted} is unreachable ({e}); set {PG_URL_VAR}")
-        })?;
-        let name = format!("chorus_bench_{:016x}", rand::rng().random::<u64>());
-        diesel::sql_query(format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .map_err(|e| format!("cannot create a database on {redacted}: {e}"))?;
-        let url = database_url_for(&admin_url, &name);
-        Ok((BenchDb::Postgres { admin_url, name }, url))
+        let db = ScratchPg::create(&admin_url, "chorus_bench")
+            .map_err(|e| format!("{e}; set {PG_URL_VAR}"))?;
+        let url = db.url();
+        Ok((BenchDb::Postgres(db), url))
     }
-}
-
-impl Drop for BenchDb {
-    fn drop(&mut self) {
-        if let BenchDb::Postgres { admin_url, name } = self {
-            if let Ok(mut admin) = diesel::PgConnection::establish(admin_url) {
-                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut admin);
-            }
-        }
-    }
-}
-
-/// The admin URL with its database name replaced.
-fn database_url_for(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin_url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    format!("{base}/{name}{query}")
 }
 
 fn bench_settings(engine: Engine, database_url: &str, data_dir: &std::path::Path) -> Settings {

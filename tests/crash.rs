@@ -13,6 +13,10 @@
 //! (replays the timings of an earlier run), `CHORUS_RELIABILITY_LOG` (a file each crash run
 //! appends its summary to, as one JSON line).
 
+#[path = "support/scratch_pg.rs"]
+mod scratch_pg;
+use scratch_pg::ScratchPg;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
@@ -25,7 +29,7 @@ use std::time::{Duration, Instant};
 use chorus::auth::TokenKeys;
 use chorus::domain::UserId;
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection, RunQueryDsl, SqliteConnection};
+use diesel::{Connection, SqliteConnection};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::Method;
@@ -65,7 +69,7 @@ impl Engine {
 /// database dropped (WITH (FORCE)) when this value is dropped.
 struct TestDatabase {
     url: String,
-    postgres: Option<(String, String)>,
+    _postgres: Option<ScratchPg>,
 }
 
 impl TestDatabase {
@@ -74,48 +78,18 @@ impl TestDatabase {
         match engine {
             Engine::Sqlite => Some(TestDatabase {
                 url: dir.join("chorus.sqlite3").display().to_string(),
-                postgres: None,
+                _postgres: None,
             }),
             Engine::Postgres => {
                 let admin_url = std::env::var(PG_URL_VAR).ok()?;
-                let name = format!("chorus_test_{:016x}", rand::random::<u64>());
-                let mut conn =
-                    PgConnection::establish(&admin_url).expect("connect to test PostgreSQL");
-                diesel::sql_query(format!("CREATE DATABASE {name}"))
-                    .execute(&mut conn)
-                    .expect("create test database");
+                let db = ScratchPg::create(&admin_url, "chorus_test").expect("test database");
                 Some(TestDatabase {
-                    url: database_url_for(&admin_url, &name),
-                    postgres: Some((admin_url, name)),
+                    url: db.url(),
+                    _postgres: Some(db),
                 })
             }
         }
     }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        if let Some((admin_url, name)) = &self.postgres {
-            if let Ok(mut conn) = PgConnection::establish(admin_url) {
-                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn);
-            }
-        }
-    }
-}
-
-/// The admin URL with its database name replaced.
-fn database_url_for(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin_url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    format!("{base}/{name}{query}")
 }
 
 fn free_port() -> u16 {

@@ -8,9 +8,10 @@ use chorus::auth::TokenKeys;
 use chorus::config::{Settings, SqliteSync};
 use chorus::domain::UserId;
 use chorus::startup::{Application, Stopper};
-use diesel::{Connection, PgConnection, RunQueryDsl};
 use reqwest::Method;
 use serde_json::{json, Value};
+
+use crate::scratch_pg::ScratchPg;
 
 pub const TEST_SECRET: &str = "test-secret-test-secret-test-secret-0123";
 pub const PG_URL_VAR: &str = "CHORUS_TEST_DATABASE_URL";
@@ -64,10 +65,7 @@ macro_rules! on_both_backends {
 /// A database that exists for one test only.
 pub enum TestDb {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres {
-        admin_url: String,
-        name: String,
-    },
+    Postgres(#[allow(dead_code)] ScratchPg),
     /// Owned by another TestApp.
     Borrowed,
 }
@@ -83,43 +81,13 @@ impl TestDb {
             }
             Backend::Postgres => {
                 let admin_url = std::env::var(PG_URL_VAR).ok()?;
-                let name = format!("chorus_test_{}", random_suffix());
-                let mut conn =
-                    PgConnection::establish(&admin_url).expect("connect to test PostgreSQL");
-                diesel::sql_query(format!("CREATE DATABASE {name}"))
-                    .execute(&mut conn)
-                    .expect("create test database");
+                let db = ScratchPg::create(&admin_url, "chorus_test").expect("test database");
                 let _ = data_dir;
-                let url = database_url_for(&admin_url, &name);
-                Some((TestDb::Postgres { admin_url, name }, url))
+                let url = db.url();
+                Some((TestDb::Postgres(db), url))
             }
         }
     }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        if let TestDb::Postgres { admin_url, name } = self {
-            if let Ok(mut conn) = PgConnection::establish(admin_url) {
-                let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .execute(&mut conn);
-            }
-        }
-    }
-}
-
-/// The admin URL with its database name replaced.
-pub fn database_url_for(admin_url: &str, name: &str) -> String {
-    let (base, query) = match admin_url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin_url, String::new()),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    format!("{base}/{name}{query}")
 }
 
 pub fn random_suffix() -> String {

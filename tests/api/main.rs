@@ -2,6 +2,8 @@
 //! CHORUS_TEST_DATABASE_URL is set, on PostgreSQL.
 
 mod helpers;
+#[path = "../support/scratch_pg.rs"]
+mod scratch_pg;
 
 mod acks;
 mod auth;
