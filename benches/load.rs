@@ -13,8 +13,11 @@
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.
 
+#[path = "../tests/support/machine.rs"]
+mod machine;
 #[path = "../tests/support/scratch_pg.rs"]
 mod scratch_pg;
+use machine::Machine;
 use scratch_pg::ScratchPg;
 
 use std::collections::{BTreeMap, HashMap};
@@ -1279,38 +1282,21 @@ fn print_summary(summaries: &[(Engine, Vec<(String, String)>)]) {
 // ---------------------------------------------------------------------------------------------
 
 fn machine_description() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split(':').nth(1))
-        })
-        .map_or("unknown".into(), |s| s.trim().to_owned());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_gib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or("unknown".into(), |kb| {
-            format!("{:.1} GiB", kb / 1024.0 / 1024.0)
-        });
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    // Other work on the machine skews every number; the load average at start shows it.
-    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let loadavg: Vec<&str> = loadavg.split_whitespace().take(3).collect();
+    let m = Machine::read();
     format!(
-        "- date: {}\n- machine: {cores} cores ({cpu}), {mem_gib} RAM, Linux {}\n\
+        "- date: {}\n- machine: {} cores ({}), {} RAM, Linux {}\n\
          - {}\n\
          - load average at start (1, 5, 15 min): {}\n\
          - server and load generator share the machine: actix workers = cores, {} client threads, \
          pool_size 8, HTTP/1.1 keep-alive over 127.0.0.1\n\
          - each run stops at its count or after {} s; message content {} bytes\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        kernel.trim(),
+        m.cores,
+        m.cpu,
+        m.memory,
+        m.kernel,
         fsync_probe(),
-        loadavg.join(" "),
+        m.load_average,
         2,
         TIME_LIMIT.as_secs(),
         CONTENT.len(),

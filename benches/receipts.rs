@@ -16,8 +16,11 @@
 //! and measured over HTTP. Every loop is bounded by a count and a wall-clock limit. Markdown
 //! goes to stdout, progress to stderr.
 
+#[path = "../tests/support/machine.rs"]
+mod machine;
 #[path = "../tests/support/scratch_pg.rs"]
 mod scratch_pg;
+use machine::Machine;
 use scratch_pg::ScratchPg;
 
 use std::collections::{BTreeMap, HashMap};
@@ -239,7 +242,10 @@ async fn run(args: Args) {
     println!("{}", machine_description());
     let both = vec![Engine::Sqlite, Engine::Postgres];
     for scenario in args.scenarios {
-        println!("_load average before this scenario: {}_\n", load_average());
+        println!(
+            "_load average before this scenario: {}_\n",
+            Machine::read().load_average
+        );
         match scenario {
             Scenario::Seed => bench_seed(args.engines.as_ref().unwrap_or(&both)).await,
             Scenario::GroupSize => bench_group_size(args.engines.as_ref().unwrap_or(&both)).await,
@@ -251,7 +257,10 @@ async fn run(args: Args) {
             }
         }
     }
-    println!("_load average at the end: {}_", load_average());
+    println!(
+        "_load average at the end: {}_",
+        Machine::read().load_average
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2218,40 +2227,20 @@ async fn bench_cross_instance(engines: &[Engine]) {
 // The machine
 // ---------------------------------------------------------------------------------------------
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 fn machine_description() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split(':').nth(1))
-        })
-        .map_or("unknown".into(), |s| s.trim().to_owned());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or("unknown".into(), |kb| {
-            format!("{:.1} GiB", kb / 1024.0 / 1024.0)
-        });
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let m = Machine::read();
     format!(
-        "- date: {}\n- machine: {cores} cores (nproc), {cpu}, {mem} RAM, Linux {}\n\
+        "- date: {}\n- machine: {} cores (nproc), {}, {} RAM, Linux {}\n\
          - in-process scenarios: server (actix workers = cores) and clients (2 tokio \
          threads) share the cores; HTTP/1.1 keep-alive over 127.0.0.1\n\
          - in-process servers: SQLite synchronous = {:?}, pool_size = {}, PostgreSQL \
          synchronous_commit = {} (the `idle` binary: the defaults)\n\
          - load average at the start: {}\n",
         chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
-        kernel.trim(),
+        m.cores,
+        m.cpu,
+        m.memory,
+        m.kernel,
         tuning().sqlite_sync,
         tuning().pool_size,
         if tuning().pg_async_commit {
@@ -2259,6 +2248,6 @@ fn machine_description() -> String {
         } else {
             "the server's (on)"
         },
-        load_average(),
+        m.load_average,
     )
 }
