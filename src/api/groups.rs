@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
-use super::{member_of, AppState};
+use super::{member_of, read_as_member, AppState};
 use crate::db::{groups, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId, MAX_GROUP_MEMBERS};
 use crate::wake::WakeEvent;
@@ -47,11 +47,10 @@ pub async fn get_group(
     path: web::Path<(i64,)>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
-    let (group, _member) = member_of(&state, group_id, &user).await?;
-    let member_count = state
-        .db
-        .read(move |conn| groups::count_members(conn, group_id))
-        .await?;
+    let (group, _, member_count) = read_as_member(&state, group_id, &user, move |conn, _, _| {
+        groups::count_members(conn, group_id)
+    })
+    .await?;
     Ok(HttpResponse::Ok().json(GroupView::new(group, member_count)))
 }
 
@@ -74,11 +73,10 @@ pub async fn list_members(
         Some(c) => Some(UserId::parse("cursor", c)?.as_str().to_owned()),
         None => None,
     };
-    member_of(&state, group_id, &user).await?;
-    let mut rows = state
-        .db
-        .read(move |conn| members::list_members(conn, group_id, after.as_deref(), limit + 1))
-        .await?;
+    let (_, _, mut rows) = read_as_member(&state, group_id, &user, move |conn, _, _| {
+        members::list_members(conn, group_id, after.as_deref(), limit + 1)
+    })
+    .await?;
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next_cursor = has_more

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{MessageView, MessagesPage};
-use super::{member_of, AppState};
+use super::{read_as_member, AppState};
 use crate::db::messages::{self, SendOutcome};
 use crate::db::receipts::{count_receipts, member_cursors};
 use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
@@ -85,23 +85,26 @@ pub async fn list_messages(
             "give after_msg_id or before_msg_id, not both".into(),
         ));
     }
-    let (group, member) = member_of(&state, group_id, &user).await?;
-    let floor = member.joined_after_msg_id;
-    let mut rows = match before {
-        Some(before) => {
-            state
-                .db
-                .read(move |conn| messages::page_before(conn, group_id, before, floor, limit + 1))
-                .await?
-        }
-        None => {
-            let after = after.unwrap_or(member.last_ack_msg_id).max(floor);
-            state
-                .db
-                .read(move |conn| messages::page_after(conn, group_id, after, limit + 1))
-                .await?
-        }
-    };
+    let with_receipts = query.with_receipts.unwrap_or(false);
+    let (group, member, (mut rows, cursors)) =
+        read_as_member(&state, group_id, &user, move |conn, _, member| {
+            // A member never sees messages from before they joined.
+            let floor = member.joined_after_msg_id;
+            let rows = match before {
+                Some(before) => messages::page_before(conn, group_id, before, floor, limit + 1)?,
+                None => {
+                    let after = after.unwrap_or(member.last_ack_msg_id).max(floor);
+                    messages::page_after(conn, group_id, after, limit + 1)?
+                }
+            };
+            let cursors = if with_receipts {
+                Some(member_cursors(conn, group_id)?)
+            } else {
+                None
+            };
+            Ok((rows, cursors))
+        })
+        .await?;
     let has_more = rows.len() as i64 > limit;
     if has_more {
         // Backwards pages drop the oldest extra row, forward pages the newest.
@@ -115,8 +118,11 @@ pub async fn list_messages(
         .last()
         .map_or(group.last_msg_id, |m| m.msg_id.max(group.last_msg_id));
     let mut messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
-    if query.with_receipts.unwrap_or(false) {
-        attach_receipts(&state, group_id, user.id(), &mut messages).await?;
+    if let Some(cursors) = cursors {
+        // Receipts go on the caller's own messages only.
+        for message in messages.iter_mut().filter(|m| m.sender_id == user.id()) {
+            message.receipt = Some(count_receipts(&cursors, message.msg_id, user.id()).into());
+        }
     }
     Ok(HttpResponse::Ok().json(MessagesPage {
         group_id,
@@ -126,24 +132,4 @@ pub async fn list_messages(
         last_ack_msg_id: member.last_ack_msg_id,
         last_read_msg_id: member.last_read_msg_id,
     }))
-}
-
-/// Adds current receipt counts to the caller's own messages in the page: one member query.
-async fn attach_receipts(
-    state: &AppState,
-    group_id: i64,
-    user_id: &str,
-    messages: &mut [MessageView],
-) -> Result<(), ApiError> {
-    if !messages.iter().any(|m| m.sender_id == user_id) {
-        return Ok(());
-    }
-    let members = state
-        .db
-        .read(move |conn| member_cursors(conn, group_id))
-        .await?;
-    for message in messages.iter_mut().filter(|m| m.sender_id == user_id) {
-        message.receipt = Some(count_receipts(&members, message.msg_id, user_id).into());
-    }
-    Ok(())
 }

@@ -7,7 +7,7 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::longpoll::{long_poll, paginate, window_of, FeedCursor, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
-use super::{member_of, AppState};
+use super::{read_as_member, AppState};
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
@@ -34,14 +34,11 @@ pub async fn get_message_receipts(
         Some(c) => Some(UserId::parse("cursor", c)?),
         None => None,
     };
-    let (_, me) = member_of(&state, group_id, &user).await?;
-    let (message, members) = state
-        .db
-        .read(move |conn| {
-            let message = find_message(conn, group_id, msg_id)?;
-            Ok((message, member_cursors(conn, group_id)?))
-        })
-        .await?;
+    let (_, me, (message, members)) = read_as_member(&state, group_id, &user, move |conn, _, _| {
+        let message = find_message(conn, group_id, msg_id)?;
+        Ok((message, member_cursors(conn, group_id)?))
+    })
+    .await?;
     let message = message
         .filter(|m| m.msg_id > me.joined_after_msg_id)
         .ok_or_else(|| {
