@@ -72,7 +72,7 @@ pub enum TestDb {
 
 impl TestDb {
     /// Creates the database; returns it with its URL. None when PostgreSQL is not configured.
-    pub fn create(backend: Backend, data_dir: &std::path::Path) -> Option<(TestDb, String)> {
+    pub fn create(backend: Backend) -> Option<(TestDb, String)> {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
@@ -82,7 +82,6 @@ impl TestDb {
             Backend::Postgres => {
                 let admin_url = std::env::var(PG_URL_VAR).ok()?;
                 let db = ScratchPg::create(&admin_url, "chorus_test").expect("test database");
-                let _ = data_dir;
                 let url = db.url();
                 Some((TestDb::Postgres(db), url))
             }
@@ -142,7 +141,7 @@ pub async fn spawn_app_with(
     adjust: impl FnOnce(&mut Settings),
 ) -> Option<TestApp> {
     let data_dir = tempfile::tempdir().expect("data dir");
-    let (db, database_url) = TestDb::create(backend, data_dir.path())?;
+    let (db, database_url) = TestDb::create(backend)?;
     let mut settings = test_settings(&database_url, data_dir.path());
     adjust(&mut settings);
     let app = Application::build(&settings)

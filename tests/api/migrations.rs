@@ -4,8 +4,7 @@ use crate::helpers::{Backend, TestDb};
 use chorus::db::{connect_once, is_ready, revert_all_migrations, run_migrations, DbSettings};
 
 fn round_trip(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((_db, url)) = TestDb::create(backend, dir.path()) else {
+    let Some((_db, url)) = TestDb::create(backend) else {
         eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
         return;
     };
