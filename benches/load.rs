@@ -533,6 +533,7 @@ fn seed_messages(conn: &mut AnyConnection, group_id: i64, sender: &str, count: u
                     conn,
                     group_id,
                     sender,
+                    None,
                     &client_msg_id,
                     CONTENT,
                     SEED_INSTANCE,

@@ -6,7 +6,7 @@ use std::path::Path;
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::UserId;
+use crate::domain::{DeviceId, UserId};
 
 /// Shortest secret accepted from configuration: HS256 keys below 256 bits are guessable.
 pub const MIN_SECRET_BYTES: usize = 32;
@@ -16,15 +16,32 @@ const DEV_SECRET_FILE: &str = "dev-jwt-secret";
 struct Claims {
     sub: String,
     exp: i64,
-    /// Informational; tokens from other issuers may leave it out.
+    /// When the token was issued. Tokens from other issuers may leave it out (then 0); a
+    /// signed-out device refuses tokens issued before its sign-out.
     #[serde(default)]
     iat: i64,
+    /// The device the token speaks for; absent for the user's default device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    device_id: Option<String>,
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user_id: UserId,
+    /// None: the user's default device (clients that name no device).
+    pub device: Option<DeviceId>,
+    /// Unix seconds (`iat`), 0 when the issuer left it out.
+    pub issued_at: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
     #[error("token rejected: {0}")]
     Invalid(String),
+    /// The signature is good but a claim breaks its rule (the message names the claim).
+    #[error("token claim {0}")]
+    BadClaim(String),
     #[error("could not sign token: {0}")]
     Signing(String),
 }
@@ -53,20 +70,42 @@ impl TokenKeys {
     }
 
     pub fn issue(&self, user_id: &UserId, ttl_seconds: i64) -> Result<String, TokenError> {
+        self.issue_for_device(user_id, None, ttl_seconds)
+    }
+
+    /// A token for one of the user's devices (None: their default device).
+    pub fn issue_for_device(
+        &self,
+        user_id: &UserId,
+        device: Option<&DeviceId>,
+        ttl_seconds: i64,
+    ) -> Result<String, TokenError> {
         let now = chrono::Utc::now().timestamp();
         let claims = Claims {
             sub: user_id.as_str().to_owned(),
             iat: now,
             exp: now + ttl_seconds,
+            device_id: device.map(|d| d.as_str().to_owned()),
         };
         encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| TokenError::Signing(e.to_string()))
     }
 
-    pub fn verify(&self, token: &str) -> Result<UserId, TokenError> {
-        let data = decode::<Claims>(token, &self.decoding, &self.validation)
-            .map_err(|e| TokenError::Invalid(e.to_string()))?;
-        UserId::parse("sub", &data.claims.sub).map_err(|e| TokenError::Invalid(e.to_string()))
+    pub fn verify(&self, token: &str) -> Result<Identity, TokenError> {
+        let claims = decode::<Claims>(token, &self.decoding, &self.validation)
+            .map_err(|e| TokenError::Invalid(e.to_string()))?
+            .claims;
+        let invalid = |e: crate::domain::ValidationError| TokenError::BadClaim(e.to_string());
+        Ok(Identity {
+            user_id: UserId::parse("sub", &claims.sub).map_err(invalid)?,
+            device: claims
+                .device_id
+                .as_deref()
+                .map(|d| DeviceId::parse("device_id", d))
+                .transpose()
+                .map_err(invalid)?,
+            issued_at: claims.iat,
+        })
     }
 }
 
@@ -124,7 +163,17 @@ mod tests {
     fn issued_token_verifies_to_its_user() {
         let user = UserId::parse("sub", "alice").unwrap();
         let token = keys().issue(&user, 60).unwrap();
-        assert_eq!(keys().verify(&token).unwrap(), user);
+        let identity = keys().verify(&token).unwrap();
+        assert_eq!(identity.user_id, user);
+        assert_eq!(identity.device, None);
+    }
+
+    #[test]
+    fn device_token_names_its_device() {
+        let user = UserId::parse("sub", "alice").unwrap();
+        let phone = DeviceId::parse("device_id", "phone-1").unwrap();
+        let token = keys().issue_for_device(&user, Some(&phone), 60).unwrap();
+        assert_eq!(keys().verify(&token).unwrap().device, Some(phone));
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub enum Command {
     Token {
         /// The user id the token speaks for (its `sub` claim).
         user_id: String,
+        /// The device the token speaks for (its `device_id` claim): each device keeps its own
+        /// delivered cursor. Omitted: the user's default device.
+        #[arg(long)]
+        device: Option<String>,
         /// How long the token stays valid, in hours.
         #[arg(long, default_value_t = 24)]
         ttl_hours: i64,
@@ -129,6 +133,11 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_RECEIPT_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true)]
     pub receipt_retention_secs: i64,
 
+    /// Forget a device (and its delivered cursors) unused for this many seconds; a signed-out
+    /// device's refusal of its old tokens is kept as long.
+    #[arg(long, env = "CHORUS_DEVICE_RETENTION_SECS", default_value_t = 30 * 24 * 3600, global = true)]
+    pub device_retention_secs: i64,
+
     /// Delete messages older than this many seconds. Unset: keep messages forever.
     #[arg(long, env = "CHORUS_MESSAGE_RETENTION_SECS", global = true)]
     pub message_retention_secs: Option<i64>,
@@ -186,6 +195,7 @@ impl fmt::Debug for Settings {
             .field("keep_alive_secs", &self.keep_alive_secs)
             .field("workers", &self.workers)
             .field("receipt_retention_secs", &self.receipt_retention_secs)
+            .field("device_retention_secs", &self.device_retention_secs)
             .field("message_retention_secs", &self.message_retention_secs)
             .field("retention_interval_secs", &self.retention_interval_secs)
             .field("longpoll_max_per_user", &self.longpoll_max_per_user)
@@ -210,6 +220,7 @@ impl Settings {
             keep_alive_secs: 75,
             workers: 0,
             receipt_retention_secs: 7 * 24 * 3600,
+            device_retention_secs: 30 * 24 * 3600,
             message_retention_secs: None,
             retention_interval_secs: 60,
             longpoll_max_per_user: 8,

@@ -13,6 +13,8 @@ pub const MAX_GROUP_MEMBERS: i64 = 10_000;
 pub const DEFAULT_PAGE_LIMIT: i64 = 50;
 pub const MAX_PAGE_LIMIT: i64 = 200;
 pub const MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
+/// Characters of a group's last message shown in the chat list.
+pub const PREVIEW_CHARS: usize = 120;
 
 /// A field failed validation; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +54,37 @@ impl UserId {
 }
 
 impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A device id, chosen by the client once per installation (a random UUID serves well): 1–64
+/// characters from `A-Z a-z 0-9 . _ : -`. Device ids are global: the first user to use one
+/// owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeviceId(String);
+
+pub const MAX_DEVICE_ID_LEN: usize = 64;
+
+impl DeviceId {
+    pub fn parse(field: &str, raw: &str) -> Result<DeviceId, ValidationError> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "._:-".contains(c);
+        if raw.is_empty() || raw.len() > MAX_DEVICE_ID_LEN || !raw.chars().all(allowed) {
+            return Err(invalid(
+                field,
+                "must be 1-64 characters from A-Z a-z 0-9 . _ : -",
+            ));
+        }
+        Ok(DeviceId(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for DeviceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -147,6 +180,16 @@ mod tests {
         assert!(UserId::parse("u", &"a".repeat(65)).is_err());
         assert!(UserId::parse("u", "").is_err());
         assert!(UserId::parse("u", "alice@example.com").is_ok());
+    }
+
+    #[test]
+    fn device_id_accepts_uuids_and_rejects_spaces_at_signs_and_length() {
+        assert!(DeviceId::parse("d", "3f2b9c1e-8a4d-4b7e-9f00-1c2d3e4f5a6b").is_ok());
+        assert!(DeviceId::parse("d", "phone").is_ok());
+        assert!(DeviceId::parse("d", "my phone").is_err());
+        assert!(DeviceId::parse("d", "a@b").is_err());
+        assert!(DeviceId::parse("d", "").is_err());
+        assert!(DeviceId::parse("d", &"a".repeat(65)).is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use chorus::config::{Cli, Command, LogFormat, Settings};
-use chorus::domain::UserId;
+use chorus::domain::{DeviceId, UserId};
 use chorus::startup::{load_keys, Application};
 
 fn init_logging(settings: &Settings) {
@@ -35,10 +35,18 @@ async fn main() -> anyhow::Result<()> {
             let applied = chorus::db::run_migrations(&mut conn)?;
             println!("{applied} migration(s) applied");
         }
-        Command::Token { user_id, ttl_hours } => {
+        Command::Token {
+            user_id,
+            device,
+            ttl_hours,
+        } => {
             let user = UserId::parse("user_id", &user_id)?;
+            let device = device
+                .map(|d| DeviceId::parse("--device", &d))
+                .transpose()?;
             let keys = load_keys(&cli.settings)?;
-            println!("{}", keys.issue(&user, ttl_hours.saturating_mul(3600))?);
+            let ttl = ttl_hours.saturating_mul(3600);
+            println!("{}", keys.issue_for_device(&user, device.as_ref(), ttl)?);
         }
     }
     Ok(())

@@ -26,7 +26,7 @@ impl WakeEvent {
         match self {
             WakeEvent::MessageSent(g) => WakeKey::Messages(*g),
             WakeEvent::CursorMoved(g) => WakeKey::Receipts(*g),
-            WakeEvent::MemberAdded(u) => WakeKey::Member(u.clone()),
+            WakeEvent::MembershipChanged(u) | WakeEvent::ReadMoved(u) => WakeKey::Member(u.clone()),
         }
     }
 }
@@ -49,7 +49,7 @@ pub enum WaitRefused {
 
 struct Waiter {
     notify: Arc<Notify>,
-    /// Set when the user joined a group: the keys this waiter registered are out of date.
+    /// Set when the user joined or left a group: the keys this waiter registered are out of date.
     joined: Arc<AtomicBool>,
     keys: Vec<WakeKey>,
     user: String,
@@ -189,7 +189,7 @@ impl Notifier {
     /// Wakes the waiters registered for this event in this process.
     pub fn wake(&self, event: &WakeEvent) {
         let registry = self.lock();
-        let joined = matches!(event, WakeEvent::MemberAdded(_));
+        let joined = matches!(event, WakeEvent::MembershipChanged(_));
         if let Some(ids) = registry.by_key.get(&event.key()) {
             for id in ids {
                 if let Some(waiter) = registry.waiters.get(id) {

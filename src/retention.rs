@@ -1,12 +1,15 @@
-//! The retention job. Receipt changes are not core data (the seeds: delete, don't keep), so
-//! rows older than the retention period are deleted; messages too, when a message retention
-//! is configured. Deletion runs in the background in small batches, so no transaction (and
+//! The retention job. Receipt changes and member events are not core data (they only feed
+//! long-polls), so rows older than the retention period are deleted; devices unused for the
+//! device retention period are forgotten; messages too expire, when a message retention is
+//! configured. Deletion runs in the background in small batches, so no transaction (and
 //! on SQLite, no turn of the single writer) is long.
 
 use std::time::Duration;
 
 use chrono::{NaiveDateTime, Utc};
 
+use crate::db::devices::forget_devices_before;
+use crate::db::member_events::delete_member_events_before;
 use crate::db::messages::delete_messages_before;
 use crate::db::receipts::delete_changes_before;
 use crate::db::{AnyConnection, Db, DbError};
@@ -19,7 +22,10 @@ const MAX_GRACE_SECS: i64 = 120;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetentionPolicy {
+    /// Receipt changes and member events (the long-poll feeds).
     pub receipt_changes_secs: i64,
+    /// Devices unused this long are forgotten, with their cursors.
+    pub devices_secs: i64,
     /// None keeps messages forever.
     pub messages_secs: Option<i64>,
 }
@@ -27,6 +33,8 @@ pub struct RetentionPolicy {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
     pub receipt_changes: usize,
+    pub member_events: usize,
+    pub devices: usize,
     pub messages: usize,
 }
 
@@ -35,8 +43,11 @@ pub async fn sweep(db: &Db, policy: RetentionPolicy) -> Result<Swept, DbError> {
     let now = Utc::now().naive_utc();
     let grace = MAX_GRACE_SECS.min(policy.receipt_changes_secs.max(1));
     let changes_cutoff = now - chrono::Duration::seconds(policy.receipt_changes_secs + grace);
+    let devices_cutoff = now - chrono::Duration::seconds(policy.devices_secs);
     let mut swept = Swept {
         receipt_changes: delete_in_batches(db, changes_cutoff, delete_changes_before).await?,
+        member_events: delete_in_batches(db, changes_cutoff, delete_member_events_before).await?,
+        devices: delete_in_batches(db, devices_cutoff, forget_devices_before).await?,
         messages: 0,
     };
     if let Some(secs) = policy.messages_secs {
@@ -74,6 +85,8 @@ pub async fn run(db: Db, policy: RetentionPolicy, interval: Duration) {
             Ok(swept) if swept == Swept::default() => {}
             Ok(swept) => tracing::info!(
                 receipt_changes = swept.receipt_changes,
+                member_events = swept.member_events,
+                devices = swept.devices,
                 messages = swept.messages,
                 "expired rows deleted"
             ),

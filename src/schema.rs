@@ -8,6 +8,7 @@ diesel::table! {
         owner_id -> Text,
         last_msg_id -> BigInt,
         created_at -> Timestamp,
+        last_activity_at -> Timestamp,
     }
 }
 
@@ -20,6 +21,8 @@ diesel::table! {
         last_ack_msg_id -> BigInt,
         last_read_msg_id -> BigInt,
         joined_at -> Timestamp,
+        delivered_msg_id -> BigInt,
+        own_msgs_after_read -> BigInt,
     }
 }
 
@@ -37,7 +40,15 @@ diesel::table! {
 
 diesel::joinable!(group_members -> groups (group_id));
 diesel::joinable!(group_msgs -> groups (group_id));
-diesel::allow_tables_to_appear_in_same_query!(groups, group_members, group_msgs, receipt_events);
+diesel::allow_tables_to_appear_in_same_query!(
+    groups,
+    group_members,
+    group_msgs,
+    receipt_events,
+    devices,
+    device_cursors,
+    member_events,
+);
 
 diesel::table! {
     receipt_events (id) {
@@ -51,3 +62,35 @@ diesel::table! {
 }
 
 diesel::joinable!(receipt_events -> groups (group_id));
+
+diesel::table! {
+    devices (device_id) {
+        device_id -> Text,
+        user_id -> Text,
+        created_at -> Timestamp,
+        last_seen_at -> Timestamp,
+        removed_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    device_cursors (group_id, user_id, device_id) {
+        group_id -> BigInt,
+        user_id -> Text,
+        device_id -> Text,
+        last_ack_msg_id -> BigInt,
+    }
+}
+
+diesel::joinable!(device_cursors -> devices (device_id));
+
+diesel::table! {
+    member_events (id) {
+        id -> BigInt,
+        user_id -> Text,
+        group_id -> BigInt,
+        kind -> Text,
+        device_id -> Text,
+        created_at -> Timestamp,
+    }
+}

@@ -59,6 +59,7 @@ impl Application {
         }
         let policy = RetentionPolicy {
             receipt_changes_secs: settings.receipt_retention_secs,
+            devices_secs: settings.device_retention_secs,
             messages_secs: settings.message_retention_secs,
         };
         tokio::spawn(retention::run(

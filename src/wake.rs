@@ -11,8 +11,10 @@ pub enum WakeEvent {
     MessageSent(i64),
     /// A member's cursor moved in the group: `/v1/receipts` pollers among its senders.
     CursorMoved(i64),
-    /// The user joined a group: their pollers re-read their group list.
-    MemberAdded(String),
+    /// The user joined or left a group: their pollers re-read their group list.
+    MembershipChanged(String),
+    /// The user's read cursor moved in some group: their other devices' `/v1/sync` pollers.
+    ReadMoved(String),
 }
 
 /// The PostgreSQL NOTIFY channel all instances listen on.
@@ -25,7 +27,8 @@ impl WakeEvent {
         match self {
             WakeEvent::MessageSent(g) => format!("{instance} m {g}"),
             WakeEvent::CursorMoved(g) => format!("{instance} r {g}"),
-            WakeEvent::MemberAdded(u) => format!("{instance} u {u}"),
+            WakeEvent::MembershipChanged(u) => format!("{instance} u {u}"),
+            WakeEvent::ReadMoved(u) => format!("{instance} v {u}"),
         }
     }
 
@@ -38,7 +41,8 @@ impl WakeEvent {
         let event = match kind {
             "m" => WakeEvent::MessageSent(id.parse().ok()?),
             "r" => WakeEvent::CursorMoved(id.parse().ok()?),
-            "u" => WakeEvent::MemberAdded(id.to_owned()),
+            "u" => WakeEvent::MembershipChanged(id.to_owned()),
+            "v" => WakeEvent::ReadMoved(id.to_owned()),
             _ => return None,
         };
         Some((instance, event))
@@ -54,7 +58,8 @@ mod tests {
         for event in [
             WakeEvent::MessageSent(7),
             WakeEvent::CursorMoved(9),
-            WakeEvent::MemberAdded("alice@x".into()),
+            WakeEvent::MembershipChanged("alice@x".into()),
+            WakeEvent::ReadMoved("bob".into()),
         ] {
             let payload = event.encode("i1");
             assert_eq!(WakeEvent::decode(&payload), Some(("i1", event)));

@@ -44,7 +44,7 @@ fn ack_request(
     })
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn ack_group(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -59,7 +59,7 @@ pub async fn ack_group(
     Ok(HttpResponse::Ok().json(CursorsView::from(state)))
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, count = body.acks.len()))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, count = body.acks.len()))]
 pub async fn ack_many(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -95,20 +95,30 @@ async fn apply(
     requests: Vec<AckRequest>,
     batch: bool,
 ) -> Result<Vec<CursorState>, ApiError> {
-    let user_id = user.id().to_owned();
+    let caller = user.clone();
     let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| cursors::ack(conn, &user_id, &requests, &instance))
+        .write(move |conn| {
+            cursors::ack(
+                conn,
+                caller.id(),
+                caller.device.as_ref(),
+                &requests,
+                &instance,
+            )
+        })
         .await?;
     let states = outcome.map_err(|rejection| rejection_error(rejection, batch))?;
-    let moved = states.iter().filter(|s| s.moved).count();
+    let moved = states.iter().filter(|s| s.receipts_changed).count();
     state.metrics.acks.inc_by(moved as u64);
+    let read_moved = states.iter().any(|s| s.read_moved);
     state.wake(
         states
             .iter()
-            .filter(|s| s.moved)
-            .map(|s| WakeEvent::CursorMoved(s.group_id)),
+            .filter(|s| s.receipts_changed)
+            .map(|s| WakeEvent::CursorMoved(s.group_id))
+            .chain(read_moved.then(|| WakeEvent::ReadMoved(user.id().to_owned()))),
     );
     Ok(states)
 }

@@ -6,18 +6,21 @@ use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::domain::UserId;
+use crate::domain::{DeviceId, UserId};
 
 const DEV_TOKEN_TTL_SECS: i64 = 24 * 3600;
 
 #[derive(Deserialize)]
 pub struct DevTokenBody {
     user_id: String,
+    device_id: Option<String>,
 }
 
 #[derive(Serialize)]
 struct DevToken {
     user_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device_id: Option<String>,
     token: String,
     expires_in: i64,
 }
@@ -33,12 +36,18 @@ pub async fn issue_dev_token(
         ));
     }
     let user = UserId::parse("user_id", &body.user_id)?;
+    let device = body
+        .device_id
+        .as_deref()
+        .map(|d| DeviceId::parse("device_id", d))
+        .transpose()?;
     let token = state
         .keys
-        .issue(&user, DEV_TOKEN_TTL_SECS)
+        .issue_for_device(&user, device.as_ref(), DEV_TOKEN_TTL_SECS)
         .map_err(|e| ApiError::Internal(e.into()))?;
     Ok(HttpResponse::Ok().json(DevToken {
         user_id: user.as_str().to_owned(),
+        device_id: device.map(|d| d.as_str().to_owned()),
         token,
         expires_in: DEV_TOKEN_TTL_SECS,
     }))

@@ -23,6 +23,9 @@ pub enum ApiError {
     Validation(String),
     #[error("{0}")]
     Unauthorized(String),
+    /// The token's device was signed out after the token was issued.
+    #[error("{0}")]
+    DeviceSignedOut(String),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0}")]
@@ -67,6 +70,7 @@ impl ApiError {
             ApiError::InvalidPath(_) => "invalid_path",
             ApiError::Validation(_) => "validation_failed",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::DeviceSignedOut(_) => "device_signed_out",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
@@ -89,7 +93,7 @@ impl ResponseError for ApiError {
             | ApiError::InvalidQuery(_)
             | ApiError::InvalidPath(_)
             | ApiError::Validation(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized(_) | ApiError::DeviceSignedOut(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
@@ -110,7 +114,7 @@ impl ResponseError for ApiError {
         }
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            ApiError::Unauthorized(_) => {
+            ApiError::Unauthorized(_) | ApiError::DeviceSignedOut(_) => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
             ApiError::Unavailable(_) | ApiError::TooManyWaiters(_) => {

@@ -18,7 +18,7 @@ pub struct CreateGroupBody {
     member_ids: Vec<String>,
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id))]
 pub async fn create_group(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -36,11 +36,11 @@ pub async fn create_group(
         .db
         .write(move |conn| groups::create_group(conn, &owner, &name, &member_ids, &instance))
         .await?;
-    state.wake(joined.into_iter().map(WakeEvent::MemberAdded));
+    state.wake(joined.into_iter().map(WakeEvent::MembershipChanged));
     Ok(HttpResponse::Created().json(GroupView::new(group, member_count)))
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn get_group(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -60,7 +60,7 @@ pub struct MembersQuery {
     limit: Option<i64>,
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn list_members(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -94,7 +94,7 @@ pub struct AddMembersBody {
     user_ids: Vec<String>,
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn add_members(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -121,7 +121,7 @@ pub async fn add_members(
         .await?;
     match outcome {
         members::AddOutcome::Added(added) => {
-            state.wake(added.iter().cloned().map(WakeEvent::MemberAdded));
+            state.wake(added.iter().cloned().map(WakeEvent::MembershipChanged));
             Ok(HttpResponse::Ok().json(AddedMembers { added }))
         }
         members::AddOutcome::TooMany { current, max } => Err(ApiError::Conflict(format!(
@@ -130,7 +130,7 @@ pub async fn add_members(
     }
 }
 
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn remove_member(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -139,7 +139,7 @@ pub async fn remove_member(
     let (group_id, target) = path.into_inner();
     let target = UserId::parse("user_id", &target)?;
     let (group, me) = member_of(&state, group_id, &user).await?;
-    let leaving = target == user.0;
+    let leaving = target == user.user_id;
     if !leaving && !me.is_owner() {
         return Err(ApiError::Forbidden(
             "only the owner may remove other members".into(),
@@ -151,6 +151,7 @@ pub async fn remove_member(
         ));
     }
     let instance = state.instance();
+    let target_id = target.as_str().to_owned();
     let removed = state
         .db
         .write(move |conn| members::remove_member(conn, group_id, target.as_str(), &instance))
@@ -158,6 +159,9 @@ pub async fn remove_member(
     if !removed {
         return Err(ApiError::NotFound("that user is not a member".into()));
     }
-    state.wake([WakeEvent::CursorMoved(group_id)]);
+    state.wake([
+        WakeEvent::CursorMoved(group_id),
+        WakeEvent::MembershipChanged(target_id),
+    ]);
     Ok(HttpResponse::NoContent().finish())
 }

@@ -50,7 +50,10 @@ pub struct Window {
     pub after: MessageRef,
 }
 
-const CURSOR_VERSION: &str = "1";
+/// The cursor format. Version 1 (before SQLite positions covered every feed table) is still
+/// recognised, and answered as expired so clients start over as they do after retention.
+const CURSOR_VERSION: &str = "2";
+const OUTDATED_CURSOR_VERSIONS: [&str; 1] = ["1"];
 /// Cursors are not accepted from more than this far in the future (clock skew between
 /// instances).
 const MAX_CLOCK_SKEW_SECS: i64 = 300;
@@ -134,6 +137,15 @@ impl FeedCursor {
         signer.sign(&text)
     }
 
+    /// Whether `raw` is a cursor this service issued in an older format.
+    pub fn is_outdated(raw: &str, signer: &CursorSigner) -> bool {
+        signer.open(raw).is_some_and(|text| {
+            OUTDATED_CURSOR_VERSIONS
+                .iter()
+                .any(|v| text.split('.').next() == Some(v))
+        })
+    }
+
     /// Reads a cursor this service issued for `feed`; None for anything else.
     pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedCursor> {
         let text = signer.open(raw)?;
@@ -210,7 +222,7 @@ pub fn window_of(
     match &cursor.window {
         Some(w) => Ok((w.upto.clone(), w.upto_at, w.after)),
         None => Ok((
-            current_snapshot(conn, cursor.feed)?,
+            current_snapshot(conn)?,
             chrono::Utc::now().timestamp(),
             MessageRef {
                 group_id: 0,
@@ -230,7 +242,7 @@ pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     }
 }
 
-type Fetch<T> = fn(&mut AnyConnection, &str, &FeedCursor, i64) -> diesel::QueryResult<Page<T>>;
+type Fetch<T> = fn(&mut AnyConnection, &AuthUser, &FeedCursor, i64) -> diesel::QueryResult<Page<T>>;
 
 /// Answers at once when there are changes (or no cursor was given); otherwise waits for a
 /// wake-up or the timeout. A timeout answers with no items and a fresh cursor.
@@ -244,10 +256,7 @@ pub async fn long_poll<T: Send + 'static>(
     let limit = parse_limit(query.limit)?;
     let timeout = parse_timeout(query.timeout_s)?;
     let Some(raw) = query.cursor.as_deref() else {
-        let seen = state
-            .db
-            .read(move |conn| current_snapshot(conn, feed))
-            .await?;
+        let seen = state.db.read(current_snapshot).await?;
         let next = FeedCursor::at(feed, seen, chrono::Utc::now().timestamp());
         return Ok(Page {
             items: Vec::new(),
@@ -255,9 +264,18 @@ pub async fn long_poll<T: Send + 'static>(
             has_more: false,
         });
     };
-    let mut cursor = FeedCursor::decode(raw, feed, &state.cursors).ok_or_else(|| {
-        ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
-    })?;
+    if FeedCursor::is_outdated(raw, &state.cursors) {
+        return Err(ApiError::CursorExpired(
+            "the cursor is from an older version of this server. Start again without a cursor \
+             and read current state from the per-group endpoints"
+                .into(),
+        ));
+    }
+    let mut cursor = FeedCursor::decode(raw, feed, &state.cursors)
+        .filter(|c| c.seen.engine() == state.db.engine())
+        .ok_or_else(|| {
+            ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
+        })?;
     let age = chrono::Utc::now()
         .timestamp()
         .saturating_sub(cursor.seen_at);
@@ -273,10 +291,10 @@ pub async fn long_poll<T: Send + 'static>(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut first_read = true;
     loop {
-        let (user_id, current) = (user.id().to_owned(), cursor.clone());
+        let (caller, current) = (user.clone(), cursor.clone());
         let read = state
             .db
-            .read(move |conn| fetch(conn, &user_id, &current, limit))
+            .read(move |conn| fetch(conn, &caller, &current, limit))
             .await;
         let done = timeout.is_zero() || state.notifier.is_shutting_down();
         match read {
@@ -339,7 +357,7 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_are_bound_to_their_feed() {
         let signer = CursorSigner::new(b"test secret");
-        let seen = Snapshot {
+        let seen = Snapshot::Postgres {
             xmin: 5,
             xmax: 9,
             xip: vec![6, 8],
@@ -354,7 +372,7 @@ mod tests {
             None
         );
         cursor.window = Some(Window {
-            upto: Snapshot {
+            upto: Snapshot::Postgres {
                 xmin: 9,
                 xmax: 12,
                 xip: vec![],
@@ -383,7 +401,7 @@ mod tests {
         let now = chrono::Utc::now().timestamp();
         let cursor = FeedCursor::at(
             Feed::Messages,
-            Snapshot {
+            Snapshot::Postgres {
                 xmin: 3,
                 xmax: 3,
                 xip: vec![],
@@ -393,7 +411,7 @@ mod tests {
         let issued = cursor.encode(&signer);
         let (body, tag) = issued.split_once('.').unwrap();
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let forged_body = b64.encode(format!("1.m.{now}.0:0:"));
+        let forged_body = b64.encode(format!("2.m.{now}.0:0:"));
 
         assert_eq!(
             FeedCursor::decode(&issued, Feed::Messages, &signer),
@@ -415,7 +433,7 @@ mod tests {
         );
         let future = FeedCursor::at(
             Feed::Messages,
-            Snapshot {
+            Snapshot::Postgres {
                 xmin: 3,
                 xmax: 3,
                 xip: vec![],
@@ -428,7 +446,7 @@ mod tests {
         );
         let ancient = FeedCursor::at(
             Feed::Messages,
-            Snapshot {
+            Snapshot::Postgres {
                 xmin: 3,
                 xmax: 3,
                 xip: vec![],

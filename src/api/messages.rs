@@ -7,6 +7,7 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
+use crate::db::devices::device_ack;
 use crate::db::messages::{self, SendOutcome};
 use crate::db::receipts::{count_receipts, member_cursors};
 use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
@@ -19,7 +20,7 @@ pub struct SendMessageBody {
 }
 
 /// 201 with the new message, or 200 with the original when `client_msg_id` was seen before.
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn send_message(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -29,12 +30,20 @@ pub async fn send_message(
     let group_id = path.0;
     let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
     let content = parse_content(&body.content)?;
-    let sender = user.id().to_owned();
+    let sender = user.clone();
     let instance = state.instance();
     let outcome = state
         .db
         .write(move |conn| {
-            messages::send(conn, group_id, &sender, &client_msg_id, &content, &instance)
+            messages::send(
+                conn,
+                group_id,
+                sender.id(),
+                sender.device.as_ref(),
+                &client_msg_id,
+                &content,
+                &instance,
+            )
         })
         .await?;
     match outcome {
@@ -61,9 +70,9 @@ pub struct ListMessagesQuery {
     with_receipts: Option<bool>,
 }
 
-/// A page of messages, ascending. With neither bound it starts after the caller's
-/// `last_ack_msg_id`: the offline pull. A member never sees messages from before they joined.
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0))]
+/// A page of messages, ascending. With neither bound it starts after the calling device's
+/// delivered cursor: the offline pull. A member never sees messages from before they joined.
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn list_messages(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -86,14 +95,19 @@ pub async fn list_messages(
         ));
     }
     let with_receipts = query.with_receipts.unwrap_or(false);
-    let (group, member, (mut rows, cursors)) =
+    let device = user.device.clone();
+    let (group, member, (mut rows, cursors, device_ack)) =
         read_as_member(&state, group_id, &user, move |conn, _, member| {
             // A member never sees messages from before they joined.
             let floor = member.joined_after_msg_id;
+            let device_ack = match &device {
+                None => member.last_ack_msg_id,
+                Some(d) => device_ack(conn, group_id, &member.user_id, d)?.unwrap_or(floor),
+            };
             let rows = match before {
                 Some(before) => messages::page_before(conn, group_id, before, floor, limit + 1)?,
                 None => {
-                    let after = after.unwrap_or(member.last_ack_msg_id).max(floor);
+                    let after = after.unwrap_or(device_ack).max(floor);
                     messages::page_after(conn, group_id, after, limit + 1)?
                 }
             };
@@ -102,7 +116,7 @@ pub async fn list_messages(
             } else {
                 None
             };
-            Ok((rows, cursors))
+            Ok((rows, cursors, device_ack))
         })
         .await?;
     let has_more = rows.len() as i64 > limit;
@@ -129,7 +143,7 @@ pub async fn list_messages(
         messages,
         has_more,
         last_msg_id,
-        last_ack_msg_id: member.last_ack_msg_id,
+        last_ack_msg_id: device_ack,
         last_read_msg_id: member.last_read_msg_id,
     }))
 }

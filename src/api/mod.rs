@@ -96,6 +96,8 @@ pub static ROUTES: &[RouteSpec] = &[
     route(Method::POST,   "/v1/groups/{group_id}/ack",                        GroupMember, || web::post().to(acks::ack_group)),
     route(Method::POST,   "/v1/acks",                                         AnyUser,     || web::post().to(acks::ack_many)),
     route(Method::GET,    "/v1/me/groups",                                    AnyUser,     || web::get().to(me::list_my_groups)),
+    route(Method::GET,    "/v1/me/devices",                                   AnyUser,     || web::get().to(me::list_my_devices)),
+    route(Method::DELETE, "/v1/me/devices/{device_id}",                       AnyUser,     || web::delete().to(me::remove_my_device)),
     route(Method::GET,    "/v1/sync",                                         AnyUser,     || web::get().to(sync::poll_sync)),
     route(Method::GET,    "/v1/receipts",                                     AnyUser,     || web::get().to(receipts::poll_receipts)),
     route(Method::POST,   "/v1/dev/token",                                    Development, || web::post().to(dev::issue_dev_token)),

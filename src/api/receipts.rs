@@ -21,7 +21,7 @@ pub struct ReceiptsQuery {
 }
 
 /// Who has read one message and who has not. Only its sender and the group owner may ask.
-#[tracing::instrument(skip_all, fields(user = %user.0, group_id = path.0, msg_id = path.1))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0, msg_id = path.1))]
 pub async fn get_message_receipts(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -79,7 +79,7 @@ pub async fn get_message_receipts(
 }
 
 /// Long-poll: receipt changes of messages the caller sent.
-#[tracing::instrument(skip_all, fields(user = %user.0))]
+#[tracing::instrument(skip_all, fields(user = %user.user_id))]
 pub async fn poll_receipts(
     user: AuthUser,
     state: web::Data<AppState>,
@@ -95,10 +95,11 @@ pub async fn poll_receipts(
 
 fn fetch_receipt_changes(
     conn: &mut AnyConnection,
-    sender_id: &str,
+    caller: &AuthUser,
     cursor: &FeedCursor,
     limit: i64,
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
+    let sender_id = caller.id();
     let (upto, upto_at, after) = window_of(conn, cursor)?;
     let refs = changed_receipts(conn, sender_id, &cursor.seen, &upto, after, limit + 1)?;
     let (refs, next, has_more) = paginate(cursor, (upto, upto_at), refs, limit, |r| *r);

@@ -1,4 +1,4 @@
-//! Handler for the members' long-poll: which of my groups received messages.
+//! Handler for the members' long-poll: which of my groups changed, on any of my devices.
 
 use actix_web::{web, HttpResponse};
 
@@ -8,35 +8,60 @@ use super::longpoll::{long_poll, paginate, window_of, FeedCursor, Page, PollQuer
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
 use crate::db::changes::{changed_groups, Feed, MessageRef};
-use crate::db::members::my_groups_by_id;
+use crate::db::chat_list::{chat_list, total_unread, Selection};
+use crate::db::member_events::device_column;
 use crate::db::AnyConnection;
 
-/// Long-poll: the caller's groups with messages committed after the cursor, with their
-/// `last_msg_id` and unread count, so the client pulls them with the messages endpoint.
-#[tracing::instrument(skip_all, fields(user = %user.0))]
+/// What one read of the sync feed found.
+pub struct SyncChanges {
+    groups: Vec<MyGroupView>,
+    removed_group_ids: Vec<i64>,
+    total_unread: i64,
+}
+
+/// Long-poll: the caller's groups with messages committed after the cursor, or whose state
+/// the caller changed on another device (read there, joined, left), with their current
+/// cursors and unread counts, so the client pulls them with the messages endpoint.
+#[tracing::instrument(skip_all, fields(user = %user.user_id))]
 pub async fn poll_sync(
     user: AuthUser,
     state: web::Data<AppState>,
     query: web::Query<PollQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let page = long_poll(&state, &user, Feed::Messages, &query, fetch_changed_groups).await?;
+    let (groups, removed_group_ids, total_unread) = match page.items.into_iter().next() {
+        Some(c) => (c.groups, c.removed_group_ids, c.total_unread),
+        None => {
+            let caller = user.clone();
+            let total = state
+                .db
+                .read(move |conn| total_unread(conn, caller.id()))
+                .await?;
+            (Vec::new(), Vec::new(), total)
+        }
+    };
     Ok(HttpResponse::Ok().json(SyncPage {
-        groups: page.items,
+        groups,
+        removed_group_ids,
+        total_unread,
         cursor: page.next.encode(&state.cursors),
         has_more: page.has_more,
     }))
 }
 
+/// One page of changed groups, as one item (empty when nothing changed).
 fn fetch_changed_groups(
     conn: &mut AnyConnection,
-    user_id: &str,
+    caller: &AuthUser,
     cursor: &FeedCursor,
     limit: i64,
-) -> diesel::QueryResult<Page<MyGroupView>> {
+) -> diesel::QueryResult<Page<SyncChanges>> {
     let (upto, upto_at, after) = window_of(conn, cursor)?;
+    let device = device_column(caller.device.as_ref());
     let refs = changed_groups(
         conn,
-        user_id,
+        caller.id(),
+        device,
         &cursor.seen,
         &upto,
         after.group_id,
@@ -46,13 +71,31 @@ fn fetch_changed_groups(
         group_id: r.group_id,
         msg_id: 0,
     });
+    if refs.is_empty() {
+        return Ok(Page {
+            items: Vec::new(),
+            next,
+            has_more,
+        });
+    }
     let ids: Vec<i64> = refs.iter().map(|r| r.group_id).collect();
-    let items = my_groups_by_id(conn, user_id, &ids)?
+    let named = caller.device.is_some();
+    let groups: Vec<MyGroupView> = chat_list(conn, caller.id(), device, Selection::Ids(&ids))?
         .into_iter()
-        .map(MyGroupView::from)
+        .map(|row| MyGroupView::new(row, named))
         .collect();
+    // A changed group the caller no longer belongs to is one they left or were removed from.
+    let removed_group_ids = ids
+        .into_iter()
+        .filter(|id| !groups.iter().any(|g| g.group_id == *id))
+        .collect();
+    let changes = SyncChanges {
+        groups,
+        removed_group_ids,
+        total_unread: total_unread(conn, caller.id())?,
+    };
     Ok(Page {
-        items,
+        items: vec![changes],
         next,
         has_more,
     })

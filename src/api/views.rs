@@ -3,10 +3,12 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 
+use crate::db::chat_list::{ChatListRow, LastMessage};
 use crate::db::cursors::CursorState;
-use crate::db::members::MyGroupRow;
-use crate::db::models::{GroupRow, MemberRow, MessageRow};
+use crate::db::devices::DeviceRow;
+use crate::db::models::{unread_count, GroupRow, MemberRow, MessageRow};
 use crate::db::receipts::ReceiptCounts;
+use crate::domain::PREVIEW_CHARS;
 
 fn utc(t: NaiveDateTime) -> DateTime<Utc> {
     DateTime::from_naive_utc_and_offset(t, Utc)
@@ -117,7 +119,7 @@ impl From<CursorState> for CursorsView {
             last_ack_msg_id: c.last_ack_msg_id,
             last_read_msg_id: c.last_read_msg_id,
             last_msg_id: c.last_msg_id,
-            unread_count: (c.last_msg_id - c.last_read_msg_id).max(0),
+            unread_count: unread_count(c.last_msg_id, c.last_read_msg_id, c.own_msgs_after_read),
         }
     }
 }
@@ -132,20 +134,56 @@ pub struct MyGroupView {
     pub group_id: i64,
     pub name: String,
     pub last_msg_id: i64,
+    /// The calling device's delivered cursor.
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub unread_count: i64,
+    pub last_activity_at: DateTime<Utc>,
+    /// Absent when the group has no message the caller may see.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<LastMessageView>,
 }
 
-impl From<MyGroupRow> for MyGroupView {
-    fn from(g: MyGroupRow) -> Self {
+impl MyGroupView {
+    /// The row as the calling device sees it (`named_device`: not the default device).
+    pub fn new(row: ChatListRow, named_device: bool) -> Self {
         MyGroupView {
-            group_id: g.group_id,
-            name: g.name,
-            last_msg_id: g.last_msg_id,
-            last_ack_msg_id: g.last_ack_msg_id,
-            last_read_msg_id: g.last_read_msg_id,
-            unread_count: (g.last_msg_id - g.last_read_msg_id).max(0),
+            group_id: row.group_id,
+            last_ack_msg_id: row.device_ack(named_device),
+            unread_count: unread_count(
+                row.last_msg_id,
+                row.last_read_msg_id,
+                row.own_msgs_after_read,
+            ),
+            name: row.name,
+            last_msg_id: row.last_msg_id,
+            last_read_msg_id: row.last_read_msg_id,
+            last_activity_at: utc(row.last_activity_at),
+            last_message: row.last_message.map(LastMessageView::from),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct LastMessageView {
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub created_at: DateTime<Utc>,
+    /// The first characters of the content.
+    pub preview: String,
+    /// Whether the content goes on past the preview.
+    pub truncated: bool,
+}
+
+impl From<LastMessage> for LastMessageView {
+    fn from(m: LastMessage) -> Self {
+        let truncated = m.content_start.chars().count() > PREVIEW_CHARS;
+        LastMessageView {
+            msg_id: m.msg_id,
+            sender_id: m.sender_id,
+            created_at: utc(m.created_at),
+            preview: m.content_start.chars().take(PREVIEW_CHARS).collect(),
+            truncated,
         }
     }
 }
@@ -153,8 +191,36 @@ impl From<MyGroupRow> for MyGroupView {
 #[derive(Serialize)]
 pub struct MyGroupsPage {
     pub groups: Vec<MyGroupView>,
+    /// Unread messages over all the caller's groups, not only this page.
+    pub total_unread: i64,
     pub has_more: bool,
     pub next_cursor: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct DeviceView {
+    pub device_id: String,
+    pub created_at: DateTime<Utc>,
+    /// Refreshed at most every 15 minutes.
+    pub last_seen_at: DateTime<Utc>,
+    /// Whether the request came from this device.
+    pub current: bool,
+}
+
+impl DeviceView {
+    pub fn new(row: DeviceRow, current: Option<&str>) -> Self {
+        DeviceView {
+            current: current == Some(row.device_id.as_str()),
+            device_id: row.device_id,
+            created_at: utc(row.created_at),
+            last_seen_at: utc(row.last_seen_at),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct DevicesPage {
+    pub devices: Vec<DeviceView>,
 }
 
 #[derive(Serialize, Debug, Clone, Copy)]
@@ -204,7 +270,12 @@ pub struct ReceiptChangesPage {
 
 #[derive(Serialize)]
 pub struct SyncPage {
+    /// Groups with new messages, read elsewhere, or newly joined: their current state.
     pub groups: Vec<MyGroupView>,
+    /// Groups the caller left or was removed from.
+    pub removed_group_ids: Vec<i64>,
+    /// Unread messages over all the caller's groups now.
+    pub total_unread: i64,
     pub cursor: String,
     pub has_more: bool,
 }

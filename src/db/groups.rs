@@ -3,6 +3,7 @@
 use diesel::prelude::*;
 
 use super::announce::announce;
+use super::member_events::{record_member_events, MemberEventKind};
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::AnyConnection;
 use crate::on_engine;
@@ -25,6 +26,7 @@ pub fn create_group(
                 owner_id,
                 last_msg_id: 0,
                 created_at: now,
+                last_activity_at: now,
             })
             .returning(groups::group_id)
             .get_result(conn)?;
@@ -39,8 +41,14 @@ pub fn create_group(
         on_engine!(conn, |c| diesel::insert_into(group_members::table)
             .values(&rows)
             .execute(c))?;
-        for row in &rows {
-            announce(conn, instance, &WakeEvent::MemberAdded(row.user_id.clone()))?;
+        let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
+        record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+        for user in joined {
+            announce(
+                conn,
+                instance,
+                &WakeEvent::MembershipChanged(user.to_owned()),
+            )?;
         }
         let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
         Ok((group, member_count))
@@ -55,12 +63,19 @@ pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option
         .optional()
 }
 
-/// Hands out the group's next message id. The update takes the group's row lock on PostgreSQL,
-/// so concurrent senders to one group queue here and ids commit in order with no gaps: a
-/// transaction that rolls back also rolls back its increment.
-pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
+/// Hands out the group's next message id, sent at `now`. The update takes the group's row lock
+/// on PostgreSQL, so concurrent senders to one group queue here and ids commit in order with no
+/// gaps: a transaction that rolls back also rolls back its increment.
+pub fn allocate_msg_id(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    now: chrono::NaiveDateTime,
+) -> QueryResult<i64> {
     diesel::update(groups::table.find(group_id))
-        .set(groups::last_msg_id.eq(groups::last_msg_id + 1))
+        .set((
+            groups::last_msg_id.eq(groups::last_msg_id + 1),
+            groups::last_activity_at.eq(now),
+        ))
         .returning(groups::last_msg_id)
         .get_result(conn)
 }

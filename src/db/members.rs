@@ -1,12 +1,18 @@
 //! Queries on `group_members`: access checks, membership changes and the two cursors.
 
+use diesel::dsl::sql;
+use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
+use diesel::sql_types::BigInt;
 
 use super::announce::announce;
+use super::devices;
 use super::groups::{count_members, lock_last_msg_id};
+use super::member_events::{record_member_events, MemberEventKind};
 use super::models::{now_utc, GroupRow, MemberRow, NewMember, Role};
 use super::receipts::record_change;
 use super::AnyConnection;
+use crate::domain::DeviceId;
 use crate::on_engine;
 use crate::schema::{group_members, groups};
 use crate::wake::WakeEvent;
@@ -107,8 +113,14 @@ pub fn add_members(
                 .values(&rows)
                 .execute(c))?;
         }
-        for row in &rows {
-            announce(conn, instance, &WakeEvent::MemberAdded(row.user_id.clone()))?;
+        let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
+        record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+        for user in joined {
+            announce(
+                conn,
+                instance,
+                &WakeEvent::MembershipChanged(user.to_owned()),
+            )?;
         }
         Ok(AddOutcome::Added(
             rows.into_iter().map(|r| r.user_id).collect(),
@@ -140,7 +152,13 @@ pub fn remove_member(
             member.joined_after_msg_id,
             last_msg_id,
         )?;
+        record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
         announce(conn, instance, &WakeEvent::CursorMoved(group_id))?;
+        announce(
+            conn,
+            instance,
+            &WakeEvent::MembershipChanged(user_id.to_owned()),
+        )?;
         Ok(true)
     })
 }
@@ -153,89 +171,146 @@ pub fn my_group_ids(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<
         .load(conn)
 }
 
-/// The caller's row of `/v1/me/groups` for each of the given groups they belong to.
-pub fn my_groups_by_id(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    group_ids: &[i64],
-) -> QueryResult<Vec<MyGroupRow>> {
-    group_members::table
-        .inner_join(groups::table)
-        .filter(group_members::user_id.eq(user_id))
-        .filter(group_members::group_id.eq_any(group_ids))
-        .select(MyGroupRow::as_select())
-        .order(group_members::group_id.asc())
-        .load(conn)
+/// Where an ack moves a member's cursors: each only forwards.
+#[derive(Debug, Clone, Copy)]
+pub struct Advance {
+    /// The default device's delivered cursor (0 leaves it: a named device acked).
+    pub default_ack_to: i64,
+    pub read_to: i64,
+    /// Delivered to some device: at least `read_to`.
+    pub delivered_to: i64,
 }
 
-/// Moves a member's cursors forward to at least the given values, never backwards, in one
-/// statement (so two racing acks cannot lower each other). Returns the cursors after the move.
-pub fn advance_cursors(
+/// A member's cursors after a move.
+#[derive(Queryable, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberCursorsAfter {
+    pub last_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub delivered_msg_id: i64,
+    pub own_msgs_after_read: i64,
+}
+
+/// `CASE WHEN <column> < to THEN to ELSE <column> END`: "never backwards" in the one spelling
+/// both engines accept (no GREATEST on SQLite, no two-argument MAX on PostgreSQL). The
+/// values are integers, written into the SQL as such.
+fn forward_to(column: &str, to: i64) -> SqlLiteral<BigInt> {
+    sql(&format!(
+        "CASE WHEN {column} < {to} THEN {to} ELSE {column} END"
+    ))
+}
+
+/// `CASE WHEN <column> = from THEN to ELSE <column> END`.
+fn move_if_at(column: &str, from: i64, to: i64) -> SqlLiteral<BigInt> {
+    sql(&format!(
+        "CASE WHEN {column} = {from} THEN {to} ELSE {column} END"
+    ))
+}
+
+/// Moves a member's cursors forward in one statement, so racing acks cannot lower each other
+/// and the count of their own messages above the read cursor moves with the cursor (the
+/// sender index bounds that count to their own messages in the range the cursor passes).
+pub fn advance_member(
     conn: &mut AnyConnection,
     group_id: i64,
     user_id: &str,
-    ack_to: i64,
-    read_to: i64,
-) -> QueryResult<(i64, i64)> {
-    use diesel::dsl::sql;
-    use diesel::sql_types::BigInt;
-    // CASE rather than GREATEST/MAX: the one spelling both engines accept.
-    let ack = sql::<BigInt>("CASE WHEN last_ack_msg_id < ")
-        .bind::<BigInt, _>(ack_to)
-        .sql(" THEN ")
-        .bind::<BigInt, _>(ack_to)
-        .sql(" ELSE last_ack_msg_id END");
-    let read = sql::<BigInt>("CASE WHEN last_read_msg_id < ")
-        .bind::<BigInt, _>(read_to)
-        .sql(" THEN ")
-        .bind::<BigInt, _>(read_to)
-        .sql(" ELSE last_read_msg_id END");
+    to: Advance,
+) -> QueryResult<MemberCursorsAfter> {
+    let read_to = to.read_to;
+    // SET expressions all see the row as it was before the update, on both engines.
+    let own_after = sql::<BigInt>(&format!(
+        "CASE WHEN last_read_msg_id < {read_to} THEN own_msgs_after_read - \
+           (SELECT count(*) FROM group_msgs m \
+            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
+              AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {read_to}) \
+         ELSE own_msgs_after_read END"
+    ));
     diesel::update(group_members::table.find((group_id, user_id)))
         .set((
-            group_members::last_ack_msg_id.eq(ack),
-            group_members::last_read_msg_id.eq(read),
+            group_members::last_ack_msg_id.eq(forward_to("last_ack_msg_id", to.default_ack_to)),
+            group_members::own_msgs_after_read.eq(own_after),
+            group_members::last_read_msg_id.eq(forward_to("last_read_msg_id", read_to)),
+            group_members::delivered_msg_id.eq(forward_to("delivered_msg_id", to.delivered_to)),
         ))
-        .returning((
-            group_members::last_ack_msg_id,
-            group_members::last_read_msg_id,
-        ))
+        .returning(MEMBER_CURSORS)
         .get_result(conn)
 }
 
-/// One row of a user's group list with the figures unread counts are computed from: a
-/// membership joined with its group.
-#[derive(Queryable, Selectable, Debug, Clone)]
-#[diesel(table_name = group_members)]
-pub struct MyGroupRow {
-    #[diesel(select_expression = groups::group_id)]
-    pub group_id: i64,
-    #[diesel(select_expression = groups::name)]
-    pub name: String,
-    #[diesel(select_expression = groups::last_msg_id)]
-    pub last_msg_id: i64,
-    pub last_ack_msg_id: i64,
-    pub last_read_msg_id: i64,
+const MEMBER_CURSORS: (
+    group_members::last_ack_msg_id,
+    group_members::last_read_msg_id,
+    group_members::delivered_msg_id,
+    group_members::own_msgs_after_read,
+) = (
+    group_members::last_ack_msg_id,
+    group_members::last_read_msg_id,
+    group_members::delivered_msg_id,
+    group_members::own_msgs_after_read,
+);
+
+/// After the member sent `msg_id`: each cursor that was at the message before it (they had
+/// everything) moves onto it; a read cursor that stays behind counts one more own message
+/// above it. So their own message is never unread, and nothing they had not received is
+/// skipped. Of the delivered cursors only the sending device's moves.
+pub fn advance_past_own_message(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_id: &str,
+    device: Option<&DeviceId>,
+    msg_id: i64,
+) -> QueryResult<()> {
+    let previous = msg_id - 1;
+    let own_after = sql::<BigInt>(&format!(
+        "CASE WHEN last_read_msg_id = {previous} THEN own_msgs_after_read \
+         ELSE own_msgs_after_read + 1 END"
+    ));
+    let cursors = (
+        group_members::own_msgs_after_read.eq(own_after),
+        group_members::last_read_msg_id.eq(move_if_at("last_read_msg_id", previous, msg_id)),
+        group_members::delivered_msg_id.eq(move_if_at("delivered_msg_id", previous, msg_id)),
+    );
+    let member = group_members::table.find((group_id, user_id));
+    let updated = match device {
+        None => diesel::update(member)
+            .set((
+                group_members::last_ack_msg_id.eq(move_if_at("last_ack_msg_id", previous, msg_id)),
+                cursors,
+            ))
+            .execute(conn)?,
+        Some(device) => {
+            let updated = diesel::update(member).set(cursors).execute(conn)?;
+            devices::advance_device_past_own(conn, group_id, user_id, device, msg_id)?;
+            updated
+        }
+    };
+    if updated == 0 {
+        // The sender's membership vanished between the access check and the send.
+        return Err(diesel::result::Error::NotFound);
+    }
+    Ok(())
 }
 
-/// A page of the user's groups ordered by id. Unread counts come from two columns of the
-/// same row (`last_msg_id - last_read_msg_id`), so no message rows are counted.
-pub fn my_groups(
+/// Before messages of the group up to `through_msg_id` expire: every member whose read cursor
+/// is below moves past them, so what no longer exists never counts as unread. One statement
+/// for the group; the count of own messages above the cursor moves with it.
+pub fn read_past_expired(
     conn: &mut AnyConnection,
-    user_id: &str,
-    after_group_id: i64,
-    unread_only: bool,
-    limit: i64,
-) -> QueryResult<Vec<MyGroupRow>> {
-    let mut query = group_members::table
-        .inner_join(groups::table)
-        .filter(group_members::user_id.eq(user_id))
-        .filter(group_members::group_id.gt(after_group_id))
-        .select(MyGroupRow::as_select())
-        .order(group_members::group_id.asc())
-        .limit(limit)
-        .into_boxed();
-    if unread_only {
-        query = query.filter(groups::last_msg_id.gt(group_members::last_read_msg_id));
-    }
-    query.load(conn)
+    group_id: i64,
+    through_msg_id: i64,
+) -> QueryResult<usize> {
+    let own_after = sql::<BigInt>(&format!(
+        "own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
+           WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
+             AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {through_msg_id})"
+    ));
+    diesel::update(
+        group_members::table
+            .filter(group_members::group_id.eq(group_id))
+            .filter(group_members::last_read_msg_id.lt(through_msg_id)),
+    )
+    .set((
+        group_members::own_msgs_after_read.eq(own_after),
+        group_members::last_read_msg_id.eq(through_msg_id),
+        group_members::delivered_msg_id.eq(forward_to("delivered_msg_id", through_msg_id)),
+    ))
+    .execute(conn)
 }

@@ -5,9 +5,10 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use super::announce::announce;
 use super::groups::allocate_msg_id;
-use super::members::{access, advance_cursors, Access};
+use super::members::{access, advance_past_own_message, read_past_expired, Access};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
+use crate::domain::DeviceId;
 use crate::schema::group_msgs;
 use crate::wake::WakeEvent;
 
@@ -28,6 +29,7 @@ pub fn send(
     conn: &mut AnyConnection,
     group_id: i64,
     sender_id: &str,
+    device: Option<&DeviceId>,
     client_msg_id: &str,
     content: &str,
     instance: &str,
@@ -38,20 +40,20 @@ pub fn send(
         Access::Member(..) => {}
     }
     let stored = conn.transaction(|conn| {
-        let msg_id = allocate_msg_id(conn, group_id)?;
+        let now = now_utc();
+        let msg_id = allocate_msg_id(conn, group_id, now)?;
         let message = NewMessage {
             group_id,
             msg_id,
             sender_id,
             client_msg_id,
             content,
-            created_at: now_utc(),
+            created_at: now,
         };
         diesel::insert_into(group_msgs::table)
             .values(&message)
             .execute(conn)?;
-        // One's own message is never unread: the sender's cursors move to it.
-        advance_cursors(conn, group_id, sender_id, msg_id, msg_id)?;
+        advance_past_own_message(conn, group_id, sender_id, device, msg_id)?;
         announce(conn, instance, &WakeEvent::MessageSent(group_id))?;
         Ok(MessageRow {
             group_id,
@@ -105,28 +107,46 @@ pub fn find_message(
 
 /// Deletes up to `batch` of the oldest messages created before `cutoff` (message
 /// retention); returns how many went. Ids are never reused: the group's counter is not
-/// touched. Messages are stored in time order, so the walk reads the oldest rows by primary
-/// key and stops at the first one still kept: no index on `created_at` is needed and a sweep
-/// with nothing to delete reads one page.
+/// touched. Read cursors below the expired messages move past them first, so they stop
+/// counting as unread. Messages are stored in time order, so the walk reads the oldest rows by
+/// primary key and stops at the first one still kept: no index on `created_at` is needed and a
+/// sweep with nothing to delete reads one page.
 pub fn delete_messages_before(
     conn: &mut AnyConnection,
     cutoff: chrono::NaiveDateTime,
     batch: i64,
 ) -> QueryResult<usize> {
-    let oldest: Vec<(i64, chrono::NaiveDateTime)> = group_msgs::table
-        .select((group_msgs::id, group_msgs::created_at))
+    let oldest: Vec<(i64, i64, i64, chrono::NaiveDateTime)> = group_msgs::table
+        .select((
+            group_msgs::id,
+            group_msgs::group_id,
+            group_msgs::msg_id,
+            group_msgs::created_at,
+        ))
         .order(group_msgs::id.asc())
         .limit(batch)
         .load(conn)?;
-    let expired: Vec<i64> = oldest
-        .iter()
-        .take_while(|(_, created_at)| *created_at < cutoff)
-        .map(|(id, _)| *id)
+    let expired: Vec<(i64, i64, i64)> = oldest
+        .into_iter()
+        .take_while(|(.., created_at)| *created_at < cutoff)
+        .map(|(id, group_id, msg_id, _)| (id, group_id, msg_id))
         .collect();
     if expired.is_empty() {
         return Ok(0);
     }
-    diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&expired))).execute(conn)
+    // Each group's expired messages are the oldest ones: everything up to its highest here.
+    let mut through: std::collections::BTreeMap<i64, i64> = Default::default();
+    for (_, group_id, msg_id) in &expired {
+        let highest = through.entry(*group_id).or_default();
+        *highest = (*highest).max(*msg_id);
+    }
+    let ids: Vec<i64> = expired.iter().map(|(id, ..)| *id).collect();
+    conn.transaction(|conn| {
+        for (group_id, msg_id) in through {
+            read_past_expired(conn, group_id, msg_id)?;
+        }
+        diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
+    })
 }
 
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.

@@ -6,8 +6,11 @@
 
 pub mod announce;
 pub mod changes;
+pub mod chat_list;
 pub mod cursors;
+pub mod devices;
 pub mod groups;
+pub mod member_events;
 pub mod members;
 pub mod messages;
 pub mod models;

@@ -13,6 +13,8 @@ pub struct GroupRow {
     pub owner_id: String,
     pub last_msg_id: i64,
     pub created_at: NaiveDateTime,
+    /// When the group last had a message (its creation until then).
+    pub last_activity_at: NaiveDateTime,
 }
 
 #[derive(Insertable)]
@@ -22,6 +24,7 @@ pub struct NewGroup<'a> {
     pub owner_id: &'a str,
     pub last_msg_id: i64,
     pub created_at: NaiveDateTime,
+    pub last_activity_at: NaiveDateTime,
 }
 
 #[derive(Queryable, Selectable, Debug, Clone)]
@@ -34,6 +37,8 @@ pub struct MemberRow {
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub joined_at: NaiveDateTime,
+    pub delivered_msg_id: i64,
+    pub own_msgs_after_read: i64,
 }
 
 #[derive(Insertable, Clone)]
@@ -46,6 +51,8 @@ pub struct NewMember {
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub joined_at: NaiveDateTime,
+    pub delivered_msg_id: i64,
+    pub own_msgs_after_read: i64,
 }
 
 impl NewMember {
@@ -65,6 +72,8 @@ impl NewMember {
             last_ack_msg_id: last_msg_id,
             last_read_msg_id: last_msg_id,
             joined_at: now,
+            delivered_msg_id: last_msg_id,
+            own_msgs_after_read: 0,
         }
     }
 }
@@ -88,6 +97,14 @@ impl MemberRow {
     pub fn is_owner(&self) -> bool {
         self.role == Role::Owner.as_str()
     }
+}
+
+/// A member's unread count: the messages after their read cursor that are not their own. Their
+/// own messages above the cursor are counted in the membership row as they are sent, so this
+/// reads no message rows. Expired messages are below the read cursor (the retention job moves
+/// it past them), so they never count.
+pub fn unread_count(last_msg_id: i64, last_read_msg_id: i64, own_msgs_after_read: i64) -> i64 {
+    (last_msg_id - last_read_msg_id - own_msgs_after_read).max(0)
 }
 
 #[derive(Queryable, Selectable, Debug, Clone)]

@@ -1,7 +1,8 @@
 //! Read receipts, derived from members' cursors, and the receipt change feed's rows.
 //!
 //! No row per (message, recipient) exists: a member has read message `m` when their
-//! `last_read_msg_id >= m`, so one ack covering 1..N marks all N read with one row written.
+//! `last_read_msg_id >= m`, and has it delivered (to at least one of their devices) when
+//! `delivered_msg_id >= m`, so one ack covering 1..N marks all N read with one row written.
 //! The audience of `m` is the members who joined before it (`joined_after_msg_id < m`) and
 //! are still members, minus its sender.
 
@@ -18,7 +19,8 @@ use crate::schema::{group_members, receipt_events};
 pub struct MemberCursors {
     pub user_id: String,
     pub joined_after_msg_id: i64,
-    pub last_ack_msg_id: i64,
+    /// Delivered to at least one of the member's devices.
+    pub delivered_msg_id: i64,
     pub last_read_msg_id: i64,
 }
 
@@ -30,7 +32,7 @@ pub fn member_cursors(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Ve
         .select((
             group_members::user_id,
             group_members::joined_after_msg_id,
-            group_members::last_ack_msg_id,
+            group_members::delivered_msg_id,
             group_members::last_read_msg_id,
         ))
         .order(group_members::user_id.asc())
@@ -63,7 +65,7 @@ pub fn count_receipts(members: &[MemberCursors], msg_id: i64, sender_id: &str) -
         } else {
             counts.unread_count += 1;
         }
-        if member.last_ack_msg_id >= msg_id {
+        if member.delivered_msg_id >= msg_id {
             counts.delivered_count += 1;
         }
     }
@@ -120,11 +122,11 @@ pub fn delete_changes_before(
 mod tests {
     use super::*;
 
-    fn member(user: &str, joined_after: i64, ack: i64, read: i64) -> MemberCursors {
+    fn member(user: &str, joined_after: i64, delivered: i64, read: i64) -> MemberCursors {
         MemberCursors {
             user_id: user.into(),
             joined_after_msg_id: joined_after,
-            last_ack_msg_id: ack,
+            delivered_msg_id: delivered,
             last_read_msg_id: read,
         }
     }

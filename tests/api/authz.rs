@@ -124,6 +124,8 @@ const CASES: &[Case] = &[
     case("POST",   "/v1/groups/{group_id}/ack",                        "",                                            [403, 200, 200, 200]),
     case("POST",   "/v1/acks",                                         "",                                            [403, 200, 200, 200]),
     case("GET",    "/v1/me/groups",                                    "?unread_only=false&limit=50",                 [200, 200, 200, 200]),
+    case("GET",    "/v1/me/devices",                                   "",                                            [200, 200, 200, 200]),
+    case("DELETE", "/v1/me/devices/{device_id}",                       "",                                            [404, 404, 404, 404]),
     case("GET",    "/v1/sync",                                         "?timeout_s=0&limit=50",                       [200, 200, 200, 200]),
     case("GET",    "/v1/receipts",                                     "?timeout_s=0&limit=50",                       [200, 200, 200, 200]),
     case("POST",   "/v1/dev/token",                                    "",                                            [404, 404, 404, 404]),
@@ -170,10 +172,11 @@ fn case_for(route: &RouteSpec) -> &'static Case {
             "Development: on a server with a configured secret it does not exist (404 for all)",
         ),
         Audience::AnyUser => (
-            [member, owner, sender].into_iter().all(success)
-                && (success(non_member) || non_member == 403),
+            ([member, owner, sender].into_iter().all(success)
+                && (success(non_member) || non_member == 403))
+                || (uniform && non_member == 404),
             "AnyUser: every valid user succeeds (a non-member may get 403 only for a group the \
-             body names)",
+             body names), or all get 404 for a thing of their own the path names and they lack",
         ),
         Audience::GroupMember => (
             non_member == 403

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use chorus::auth::TokenKeys;
 use chorus::config::{Settings, SqliteSync};
-use chorus::domain::UserId;
+use chorus::domain::{DeviceId, UserId};
 use chorus::startup::{Application, Stopper};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -197,9 +197,18 @@ impl TestApp {
         }
     }
 
-    pub fn token(&self, user: &str) -> String {
+    /// A token for `caller`: a user id for the user's default device, or `user#device` for
+    /// one of their named devices (`#` never appears in either id).
+    pub fn token(&self, caller: &str) -> String {
+        let (user, device) = match caller.split_once('#') {
+            Some((user, device)) => (user, Some(device)),
+            None => (caller, None),
+        };
         let user = UserId::parse("user", user).expect("valid test user id");
-        self.keys.issue(&user, 3600).expect("token")
+        let device = device.map(|d| DeviceId::parse("device", d).expect("valid test device id"));
+        self.keys
+            .issue_for_device(&user, device.as_ref(), 3600)
+            .expect("token")
     }
 
     /// Sends a request as `user` (None: no Authorization header) and checks the response
@@ -382,6 +391,48 @@ impl TestApp {
         let path = format!("/v1/receipts{query}");
         self.call(Method::GET, "/v1/receipts", &path, Some(user), None)
             .await
+    }
+
+    pub async fn my_devices(&self, user: &str) -> TestResponse {
+        self.call(
+            Method::GET,
+            "/v1/me/devices",
+            "/v1/me/devices",
+            Some(user),
+            None,
+        )
+        .await
+    }
+
+    pub async fn remove_device(&self, user: &str, device_id: &str) -> TestResponse {
+        let path = format!("/v1/me/devices/{device_id}");
+        let template = "/v1/me/devices/{device_id}";
+        self.call(Method::DELETE, template, &path, Some(user), None)
+            .await
+    }
+
+    /// Pulls the whole offline backlog of a group page by page, acking each page, and returns
+    /// the message ids received in order.
+    pub async fn pull_and_ack_all(&self, user: &str, group_id: i64) -> Vec<i64> {
+        let mut received = Vec::new();
+        loop {
+            let page = self.list_messages(user, group_id, "?limit=200").await;
+            assert_eq!(page.status, 200, "{:?}", page.body);
+            let ids: Vec<i64> = page.body["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| m["msg_id"].as_i64().expect("msg_id"))
+                .collect();
+            let Some(&last) = ids.last() else {
+                return received;
+            };
+            received.extend(ids);
+            let ack = self
+                .ack(user, group_id, json!({"last_ack_msg_id": last}))
+                .await;
+            assert_eq!(ack.status, 200, "{:?}", ack.body);
+        }
     }
 
     pub async fn poll_sync(&self, user: &str, query: &str) -> TestResponse {

@@ -443,12 +443,33 @@ fn count_rows(app: &TestApp, table: &str) -> i64 {
 
 async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp) {
     let group = app.group_with("alice", &["carol"]).await;
+    app.send_ok("alice", group, "before bob").await;
     let bob_cursor = app.cursor("bob", "/v1/sync").await;
     let query = format!("?cursor={bob_cursor}&timeout_s=30");
 
-    let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
+    let (joined, _) = tokio::join!(app.poll_sync("bob", &query), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         app.add_members("alice", group, &["bob"]).await;
+    });
+    assert_eq!(joined.status, 200);
+    assert_eq!(
+        joined.body["groups"][0]["group_id"], group,
+        "the group appears"
+    );
+    assert_eq!(
+        joined.body["groups"][0]["unread_count"], 0,
+        "being added is never unread"
+    );
+    assert!(
+        joined.body["groups"][0].get("last_message").is_none(),
+        "nothing sent before the join reaches bob"
+    );
+
+    let query = format!(
+        "?cursor={}&timeout_s=30",
+        joined.body["cursor"].as_str().unwrap()
+    );
+    let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         app.send_ok("alice", group, "welcome bob").await
     });
@@ -459,6 +480,10 @@ async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp)
         "the join re-registered the wait"
     );
     assert_eq!(poll.body["groups"][0]["unread_count"], 1);
+    assert_eq!(
+        poll.body["groups"][0]["last_message"]["preview"],
+        "welcome bob"
+    );
 }
 
 on_both_backends!(with short_message_retention:

@@ -14,7 +14,7 @@ on_both_backends!(
     concurrent_senders_get_contiguous_ids_without_gaps,
     history_pages_backwards_in_ascending_pages,
     late_joiner_sees_only_later_messages,
-    sending_marks_own_message_read,
+    own_message_is_never_unread_and_reads_nothing_before_it,
 );
 
 async fn send_returns_201_with_the_stored_message(app: TestApp) {
@@ -186,7 +186,7 @@ async fn late_joiner_sees_only_later_messages(app: TestApp) {
     );
 }
 
-async fn sending_marks_own_message_read(app: TestApp) {
+async fn own_message_is_never_unread_and_reads_nothing_before_it(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
     app.send_ok("bob", group, "from bob").await;
 
@@ -195,9 +195,12 @@ async fn sending_marks_own_message_read(app: TestApp) {
     let alice = app.my_groups("alice", "").await;
     let bob = app.my_groups("bob", "").await;
     assert_eq!(
-        alice.body["groups"][0]["unread_count"], 0,
-        "sending reads what came before"
+        alice.body["groups"][0]["unread_count"], 1,
+        "bob's message stays unread; alice's own does not count"
     );
-    assert_eq!(alice.body["groups"][0]["last_read_msg_id"], 2);
+    assert_eq!(
+        alice.body["groups"][0]["last_read_msg_id"], 0,
+        "sending does not read what came before"
+    );
     assert_eq!(bob.body["groups"][0]["unread_count"], 1);
 }

@@ -1,0 +1,178 @@
+//! The caller's groups as a chat list: each with its cursors, unread count inputs and a preview
+//! of its last message, in group order or by latest activity. Every figure comes from the
+//! membership row, the group row and at most one message row per group: no message counting.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+
+use super::AnyConnection;
+use crate::domain::PREVIEW_CHARS;
+use crate::schema::{device_cursors, group_members, group_msgs, groups};
+
+diesel::define_sql_function! {
+    /// The characters of `text` from `start` (1-based), at most `length` of them; both engines
+    /// count characters, not bytes.
+    fn substr(text: Nullable<Text>, start: Integer, length: Integer) -> Nullable<Text>;
+}
+
+/// One group of the caller's list, as the calling device sees it.
+#[derive(Queryable, Debug, Clone)]
+pub struct ChatListRow {
+    pub group_id: i64,
+    pub name: String,
+    pub last_msg_id: i64,
+    pub last_activity_at: NaiveDateTime,
+    pub joined_after_msg_id: i64,
+    pub default_ack_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub own_msgs_after_read: i64,
+    /// The named device's delivered cursor, when it acked in this group.
+    pub device_ack_msg_id: Option<i64>,
+    pub last_message: Option<LastMessage>,
+}
+
+/// The group's last message, when the member may see it and it is still stored.
+#[derive(Queryable, Debug, Clone)]
+pub struct LastMessage {
+    pub msg_id: i64,
+    pub sender_id: String,
+    pub created_at: NaiveDateTime,
+    /// Up to one character more than a preview holds, so the caller knows it was cut.
+    pub content_start: String,
+}
+
+impl ChatListRow {
+    /// The delivered cursor of the device asking: the default device's, or a named device's
+    /// (which starts where the member joined until its first ack).
+    pub fn device_ack(&self, named_device: bool) -> i64 {
+        if named_device {
+            self.device_ack_msg_id.unwrap_or(self.joined_after_msg_id)
+        } else {
+            self.default_ack_msg_id
+        }
+    }
+}
+
+/// The order of a chat list page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListOrder {
+    /// By group id, after the given one.
+    ById { after_group_id: i64 },
+    /// Latest activity first, after the given (activity time, group id) position.
+    Recent {
+        before: Option<(NaiveDateTime, i64)>,
+    },
+}
+
+/// Which of the caller's groups a query returns.
+pub enum Selection<'a> {
+    Page {
+        order: ListOrder,
+        unread_only: bool,
+        limit: i64,
+    },
+    Ids(&'a [i64]),
+}
+
+/// The caller's groups; `device_column` is the calling device's id ('' for the default one).
+pub fn chat_list(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    device_column: &str,
+    selection: Selection<'_>,
+) -> QueryResult<Vec<ChatListRow>> {
+    let mut query = group_members::table
+        .inner_join(groups::table)
+        .left_join(
+            device_cursors::table.on(device_cursors::group_id
+                .eq(group_members::group_id)
+                .and(device_cursors::user_id.eq(group_members::user_id))
+                .and(device_cursors::device_id.eq(device_column.to_owned()))),
+        )
+        .left_join(
+            group_msgs::table.on(group_msgs::group_id
+                .eq(groups::group_id)
+                .and(group_msgs::msg_id.eq(groups::last_msg_id))
+                .and(group_msgs::msg_id.gt(group_members::joined_after_msg_id))),
+        )
+        .filter(group_members::user_id.eq(user_id.to_owned()))
+        .select((
+            groups::group_id,
+            groups::name,
+            groups::last_msg_id,
+            groups::last_activity_at,
+            group_members::joined_after_msg_id,
+            group_members::last_ack_msg_id,
+            group_members::last_read_msg_id,
+            group_members::own_msgs_after_read,
+            device_cursors::last_ack_msg_id.nullable(),
+            (
+                group_msgs::msg_id,
+                group_msgs::sender_id,
+                group_msgs::created_at,
+                substr(group_msgs::content.nullable(), 1, PREVIEW_CHARS as i32 + 1)
+                    .assume_not_null(),
+            )
+                .nullable(),
+        ))
+        .into_boxed();
+    match selection {
+        Selection::Ids(ids) => {
+            query = query
+                .filter(group_members::group_id.eq_any(ids.to_vec()))
+                .order(groups::group_id.asc());
+        }
+        Selection::Page {
+            order,
+            unread_only,
+            limit,
+        } => {
+            if unread_only {
+                query = query.filter(
+                    groups::last_msg_id
+                        .gt(group_members::last_read_msg_id + group_members::own_msgs_after_read),
+                );
+            }
+            query = match order {
+                ListOrder::ById { after_group_id } => query
+                    .filter(group_members::group_id.gt(after_group_id))
+                    .order(groups::group_id.asc()),
+                ListOrder::Recent { before } => {
+                    if let Some((at, group_id)) = before {
+                        query = query.filter(
+                            groups::last_activity_at.lt(at).or(groups::last_activity_at
+                                .eq(at)
+                                .and(groups::group_id.lt(group_id))),
+                        );
+                    }
+                    query.order((groups::last_activity_at.desc(), groups::group_id.desc()))
+                }
+            };
+            query = query.limit(limit);
+        }
+    }
+    query.load(conn)
+}
+
+#[derive(QueryableByName)]
+struct Total {
+    #[diesel(sql_type = BigInt)]
+    total: i64,
+}
+
+/// The caller's unread messages over all their groups (the app icon's badge): one pass over
+/// their membership rows, with the same rule as each group's count.
+pub fn total_unread(conn: &mut AnyConnection, user_id: &str) -> QueryResult<i64> {
+    let row: Total = diesel::sql_query(
+        "SELECT CAST(COALESCE(SUM(CASE \
+             WHEN g.last_msg_id - gm.last_read_msg_id - gm.own_msgs_after_read > 0 \
+             THEN g.last_msg_id - gm.last_read_msg_id - gm.own_msgs_after_read ELSE 0 END), 0) \
+           AS BIGINT) AS total \
+         FROM group_members gm JOIN groups g ON g.group_id = gm.group_id \
+         WHERE gm.user_id = $1",
+    )
+    .bind::<Text, _>(user_id)
+    .get_result(conn)?;
+    Ok(row.total)
+}

@@ -1,0 +1,301 @@
+//! Queries on `devices` and `device_cursors`: a user's named devices and what each received.
+//!
+//! A request that names no device uses the member's default device, whose delivered cursor is
+//! `group_members.last_ack_msg_id`. A named device keeps its own delivered cursor per group in
+//! `device_cursors`, created by its first ack there; without a row it has received nothing of
+//! the group (it starts where the member joined). The read cursor is the user's, on every
+//! device.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+
+use super::models::now_utc;
+use super::AnyConnection;
+use crate::domain::DeviceId;
+use crate::on_engine;
+use crate::schema::{device_cursors, devices};
+
+/// How stale `last_seen_at` may get before a request refreshes it: a read costs no write most
+/// of the time, and idle-device expiry (days) needs no finer clock.
+pub const LAST_SEEN_GRANULARITY_SECS: i64 = 15 * 60;
+
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = devices)]
+pub struct DeviceRow {
+    pub device_id: String,
+    pub user_id: String,
+    pub created_at: NaiveDateTime,
+    pub last_seen_at: NaiveDateTime,
+    pub removed_at: Option<NaiveDateTime>,
+}
+
+/// Whether a token naming a device may be used, decided by [`check_device`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceStanding {
+    /// Known and seen recently: nothing to write.
+    Current,
+    /// New, signed in again after a sign-out, or not seen for a while: [`touch_device`] records it.
+    NeedsTouch,
+    /// The device belongs to another user.
+    OtherUser,
+    /// The user signed the device out after this token was issued.
+    SignedOut,
+}
+
+/// Decides a device token's standing from the device's row; `issued_at` is the token's `iat`.
+pub fn check_device(
+    conn: &mut AnyConnection,
+    device: &DeviceId,
+    user_id: &str,
+    issued_at: i64,
+) -> QueryResult<DeviceStanding> {
+    let row = devices::table
+        .find(device.as_str())
+        .select(DeviceRow::as_select())
+        .first(conn)
+        .optional()?;
+    Ok(standing(row.as_ref(), user_id, issued_at, now_utc()))
+}
+
+fn standing(
+    row: Option<&DeviceRow>,
+    user_id: &str,
+    issued_at: i64,
+    now: NaiveDateTime,
+) -> DeviceStanding {
+    let Some(row) = row else {
+        return DeviceStanding::NeedsTouch;
+    };
+    if row.user_id != user_id {
+        return DeviceStanding::OtherUser;
+    }
+    match row.removed_at {
+        Some(removed) if issued_at <= removed.and_utc().timestamp() => DeviceStanding::SignedOut,
+        // Signed in again since the sign-out: the touch revives it.
+        Some(_) => DeviceStanding::NeedsTouch,
+        None if (now - row.last_seen_at).num_seconds() >= LAST_SEEN_GRANULARITY_SECS => {
+            DeviceStanding::NeedsTouch
+        }
+        None => DeviceStanding::Current,
+    }
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = devices)]
+struct NewDevice<'a> {
+    device_id: &'a str,
+    user_id: &'a str,
+    created_at: NaiveDateTime,
+    last_seen_at: NaiveDateTime,
+}
+
+/// Records that the user's device was seen now, creating it on first use and reviving it after
+/// a sign-out; then decides again (two users racing for one new id: one of them wins).
+pub fn touch_device(
+    conn: &mut AnyConnection,
+    device: &DeviceId,
+    user_id: &str,
+    issued_at: i64,
+) -> QueryResult<DeviceStanding> {
+    let now = now_utc();
+    let new = NewDevice {
+        device_id: device.as_str(),
+        user_id,
+        created_at: now,
+        last_seen_at: now,
+    };
+    on_engine!(conn, |c| diesel::insert_into(devices::table)
+        .values(&new)
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    let row = devices::table
+        .find(device.as_str())
+        .select(DeviceRow::as_select())
+        .first(conn)?;
+    let standing = standing(Some(&row), user_id, issued_at, now);
+    if standing == DeviceStanding::NeedsTouch {
+        diesel::update(devices::table.find(device.as_str()))
+            .set((
+                devices::last_seen_at.eq(now),
+                devices::removed_at.eq(None::<NaiveDateTime>),
+            ))
+            .execute(conn)?;
+        return Ok(DeviceStanding::Current);
+    }
+    Ok(standing)
+}
+
+/// The user's devices that are signed in, oldest first.
+pub fn list_devices(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<DeviceRow>> {
+    devices::table
+        .filter(devices::user_id.eq(user_id))
+        .filter(devices::removed_at.is_null())
+        .order((devices::created_at.asc(), devices::device_id.asc()))
+        .select(DeviceRow::as_select())
+        .load(conn)
+}
+
+/// Signs a device out: its cursors are forgotten and tokens issued until now are refused.
+/// False when the user has no such signed-in device.
+pub fn remove_device(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    device_id: &str,
+) -> QueryResult<bool> {
+    conn.transaction(|conn| {
+        let removed = diesel::update(
+            devices::table
+                .filter(devices::device_id.eq(device_id))
+                .filter(devices::user_id.eq(user_id))
+                .filter(devices::removed_at.is_null()),
+        )
+        .set(devices::removed_at.eq(Some(now_utc())))
+        .execute(conn)?;
+        if removed == 0 {
+            return Ok(false);
+        }
+        diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq(device_id)))
+            .execute(conn)?;
+        Ok(true)
+    })
+}
+
+/// Forgets up to `batch` devices: signed-in ones unused since `idle_cutoff`, and signed-out
+/// ones removed before it (their tokens are refused until then). Their cursors go with them.
+pub fn forget_devices_before(
+    conn: &mut AnyConnection,
+    idle_cutoff: NaiveDateTime,
+    batch: i64,
+) -> QueryResult<usize> {
+    let expired: Vec<String> = devices::table
+        .filter(
+            devices::removed_at
+                .is_null()
+                .and(devices::last_seen_at.lt(idle_cutoff))
+                .or(devices::removed_at.lt(idle_cutoff)),
+        )
+        .select(devices::device_id)
+        .limit(batch)
+        .load(conn)?;
+    if expired.is_empty() {
+        return Ok(0);
+    }
+    diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq_any(&expired)))
+        .execute(conn)?;
+    diesel::delete(devices::table.filter(devices::device_id.eq_any(&expired))).execute(conn)
+}
+
+/// A named device's delivered cursor in a group, if it ever acked there.
+pub fn device_ack(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_id: &str,
+    device: &DeviceId,
+) -> QueryResult<Option<i64>> {
+    device_cursors::table
+        .find((group_id, user_id, device.as_str()))
+        .select(device_cursors::last_ack_msg_id)
+        .first(conn)
+        .optional()
+}
+
+#[derive(QueryableByName)]
+struct AckedTo {
+    #[diesel(sql_type = BigInt)]
+    last_ack_msg_id: i64,
+}
+
+/// Moves a named device's delivered cursor to at least `ack_to`, creating its row on the
+/// first ack; never backwards. Returns the cursor after the move.
+pub fn advance_device(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_id: &str,
+    device: &DeviceId,
+    ack_to: i64,
+) -> QueryResult<i64> {
+    let row: AckedTo = diesel::sql_query(
+        "INSERT INTO device_cursors (group_id, user_id, device_id, last_ack_msg_id) \
+         VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (group_id, user_id, device_id) DO UPDATE SET last_ack_msg_id = \
+           CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
+                THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END \
+         RETURNING last_ack_msg_id",
+    )
+    .bind::<BigInt, _>(group_id)
+    .bind::<Text, _>(user_id)
+    .bind::<Text, _>(device.as_str())
+    .bind::<BigInt, _>(ack_to)
+    .get_result(conn)?;
+    Ok(row.last_ack_msg_id)
+}
+
+/// After the device sent `msg_id`: its cursor moves onto it only if it had everything before.
+pub fn advance_device_past_own(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_id: &str,
+    device: &DeviceId,
+    msg_id: i64,
+) -> QueryResult<()> {
+    diesel::update(
+        device_cursors::table
+            .find((group_id, user_id, device.as_str()))
+            .filter(device_cursors::last_ack_msg_id.eq(msg_id - 1)),
+    )
+    .set(device_cursors::last_ack_msg_id.eq(msg_id))
+    .execute(conn)
+    .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(user: &str, seen_secs_ago: i64, removed_secs_ago: Option<i64>) -> DeviceRow {
+        let now = now_utc();
+        DeviceRow {
+            device_id: "d".into(),
+            user_id: user.into(),
+            created_at: now,
+            last_seen_at: now - chrono::Duration::seconds(seen_secs_ago),
+            removed_at: removed_secs_ago.map(|s| now - chrono::Duration::seconds(s)),
+        }
+    }
+
+    #[test]
+    fn standing_follows_owner_sign_out_and_staleness() {
+        let now = now_utc();
+        let issued_long_ago = now.and_utc().timestamp() - 3600;
+        let issued_now = now.and_utc().timestamp() + 1;
+        assert_eq!(standing(None, "a", 0, now), DeviceStanding::NeedsTouch);
+        assert_eq!(
+            standing(Some(&row("b", 0, None)), "a", 0, now),
+            DeviceStanding::OtherUser
+        );
+        assert_eq!(
+            standing(Some(&row("a", 10, None)), "a", 0, now),
+            DeviceStanding::Current
+        );
+        assert_eq!(
+            standing(
+                Some(&row("a", LAST_SEEN_GRANULARITY_SECS + 1, None)),
+                "a",
+                0,
+                now
+            ),
+            DeviceStanding::NeedsTouch
+        );
+        let signed_out = row("a", 600, Some(60));
+        assert_eq!(
+            standing(Some(&signed_out), "a", issued_long_ago, now),
+            DeviceStanding::SignedOut
+        );
+        assert_eq!(
+            standing(Some(&signed_out), "a", issued_now, now),
+            DeviceStanding::NeedsTouch,
+            "a token issued after the sign-out signs the device in again"
+        );
+    }
+}

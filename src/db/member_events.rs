@@ -1,0 +1,87 @@
+//! Rows of `member_events`: changes to a user's own membership state (their read cursor moved,
+//! they joined or left a group), which the user's other devices learn of through `/v1/sync`.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Timestamp};
+
+use super::models::now_utc;
+use super::AnyConnection;
+use crate::domain::DeviceId;
+use crate::schema::member_events;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberEventKind {
+    Read,
+    Joined,
+    Left,
+}
+
+impl MemberEventKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            MemberEventKind::Read => "read",
+            MemberEventKind::Joined => "joined",
+            MemberEventKind::Left => "left",
+        }
+    }
+}
+
+/// The device column's value: '' for the default device.
+pub fn device_column(device: Option<&DeviceId>) -> &str {
+    device.map_or("", DeviceId::as_str)
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = member_events)]
+struct NewMemberEvent<'a> {
+    user_id: &'a str,
+    group_id: i64,
+    kind: &'a str,
+    device_id: &'a str,
+    created_at: NaiveDateTime,
+}
+
+/// Records one change for `users` in the group, caused by `device` (None: the default device,
+/// or not caused by the users themselves).
+pub fn record_member_events(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    users: &[&str],
+    kind: MemberEventKind,
+    device: Option<&DeviceId>,
+) -> QueryResult<()> {
+    let now = now_utc();
+    let rows: Vec<NewMemberEvent> = users
+        .iter()
+        .map(|user_id| NewMemberEvent {
+            user_id,
+            group_id,
+            kind: kind.as_str(),
+            device_id: device_column(device),
+            created_at: now,
+        })
+        .collect();
+    for chunk in rows.chunks(500) {
+        crate::on_engine!(conn, |c| diesel::insert_into(member_events::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+/// Deletes up to `batch` member events older than `cutoff` (they live as long as receipt
+/// changes, the age at which long-poll cursors expire); returns how many went.
+pub fn delete_member_events_before(
+    conn: &mut AnyConnection,
+    cutoff: NaiveDateTime,
+    batch: i64,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "DELETE FROM member_events WHERE id IN \
+         (SELECT id FROM member_events WHERE created_at < $1 ORDER BY id LIMIT $2)",
+    )
+    .bind::<Timestamp, _>(cutoff)
+    .bind::<BigInt, _>(batch)
+    .execute(conn)
+}
