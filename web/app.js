@@ -1,9 +1,13 @@
 // Chorus reference web client: plain JavaScript, no build step, no dependencies.
 //
 // How it talks to the server (see README.md and openapi.yaml):
-// - A user is picked with POST /v1/dev/token (development mode only); the token stays in
-//   sessionStorage for this tab.
-// - Two long-poll loops run while signed in: GET /v1/sync (which groups received messages)
+// - A user is picked with POST /v1/dev/token (development mode only), naming this browser's
+//   device id for that user (kept in localStorage), so reads made here reach the user's other
+//   devices through their /v1/sync; the token stays in sessionStorage for this tab.
+// - The chat list is GET /v1/me/groups?order=recent (latest activity first, every page read),
+//   with each group's last-message preview and unread count, and the total unread count.
+// - Two long-poll loops run while signed in: GET /v1/sync (groups that received messages, were
+//   read on another device, joined or left, with their current state and the total unread)
 //   and GET /v1/receipts (read counts of my messages changed). Each starts without a cursor,
 //   reads the current state, then polls with the cursor it was given.
 // - The open group's messages are kept in a Map by msg_id (deduplication); new ones are
@@ -18,13 +22,17 @@ const HISTORY_PAGE = 50;
 const PULL_PAGE = 200;
 const SEND_ATTEMPTS = 6;
 const STORAGE_KEY = 'chorus.session';
+const DEVICE_KEY_PREFIX = 'chorus.device.'; // + user id: this browser's device id for the user
+const PREVIEW_CHARS = 120; // what the server puts in last_message.preview
+const TITLE = 'Chorus';
 
 const $ = (id) => document.getElementById(id);
 
 // ---------------------------------------------------------------- state
 
-let session = null; // { user, token, alive, stop: AbortController }
-const groups = new Map(); // group_id -> MyGroup (name, last_msg_id, cursors, unread_count)
+let session = null; // { user, token, alive, stop: AbortController, polls, acks }
+const groups = new Map(); // group_id -> MyGroup (name, cursors, unread_count, last_message, …)
+let totalUnread = 0; // over all my groups: the server's total_unread, kept current by my acks
 const receipts = new Map(); // "group/msg" -> { read_count, unread_count, delivered_count }
 let open = null; // the open group: { id, messages: Map(msg_id -> el), highest, oldest, ... }
 const loops = { sync: 'connecting', receipts: 'connecting' };
@@ -78,7 +86,9 @@ async function api(method, path, { body, timeoutMs = REQUEST_TIMEOUT_MS, auth = 
   const e = new HttpError(res.status, err.code || `http_${res.status}`,
     err.message || `${res.status} ${res.statusText}`, Number(res.headers.get('Retry-After')) || 0);
   if (res.status === 401 && auth && sess && sess === session) {
-    signOut('Your session is no longer valid (the token expired or the server changed). Pick a user again.');
+    signOut(e.code === 'device_signed_out'
+      ? 'This browser was signed out from another of your devices. Pick a user again to sign it back in.'
+      : 'Your session is no longer valid (the token expired or the server changed). Pick a user again.');
   }
   throw e;
 }
@@ -113,6 +123,22 @@ function newClientMsgId() {
   if (crypto.randomUUID) return crypto.randomUUID(); // secure contexts only (https, localhost)
   const b = crypto.getRandomValues(new Uint8Array(16));
   return 'c-' + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+// This browser's device id for a user, chosen once and kept. Device ids are global (the first
+// user to use one owns it), hence one per user. Without storage: the user's default device.
+function deviceIdFor(user) {
+  try {
+    const key = DEVICE_KEY_PREFIX + user;
+    let id = localStorage.getItem(key);
+    if (!id) {
+      id = 'web-' + newClientMsgId();
+      localStorage.setItem(key, id);
+    }
+    return id;
+  } catch {
+    return null;
+  }
 }
 
 // ---------------------------------------------------------------- small DOM helpers
@@ -159,7 +185,9 @@ async function pickUser(userId) {
   const error = $('login-error');
   showError(error, '');
   try {
-    const { token } = await api('POST', '/v1/dev/token', { body: { user_id: userId }, auth: false });
+    const device = deviceIdFor(userId);
+    const body = device ? { user_id: userId, device_id: device } : { user_id: userId };
+    const { token } = await api('POST', '/v1/dev/token', { body, auth: false });
     startSession(userId, token);
   } catch (e) {
     if (e.status === 404) {
@@ -184,10 +212,11 @@ function tokenSubject(token) {
 
 function startSession(user, token) {
   sessionStorage.setItem(STORAGE_KEY, JSON.stringify({ user, token }));
-  session = { user, token, alive: true, stop: new AbortController(), polls: {} };
+  session = { user, token, alive: true, stop: new AbortController(), polls: {}, acks: 0 };
   groups.clear();
   receipts.clear();
   closeGroup();
+  setTotalUnread(0);
   renderGroups();
   $('me').textContent = user;
   $('login').hidden = true;
@@ -208,6 +237,7 @@ function signOut(message) {
   closeGroup();
   groups.clear();
   receipts.clear();
+  setTotalUnread(0);
   renderGroups();
   $('main').hidden = true;
   $('login').hidden = false;
@@ -236,17 +266,18 @@ function kickPolls() {
   for (const kick of Object.values(session?.polls || {})) kick.abort();
 }
 
-// GET /v1/sync: which of my groups received messages. Without a cursor it answers at once;
-// the state is (re)read after taking that cursor, so nothing falls in between.
+// GET /v1/sync: which of my groups changed. Without a cursor it answers at once (with no
+// groups); the state is (re)read after taking that cursor, so nothing falls in between.
 async function syncLoop(sess) {
   let cursor = null;
   for (let attempt = 0; sess.alive;) {
     try {
+      const acksBefore = sess.acks;
       const page = await poll(sess, 'sync', '/v1/sync', cursor);
       if (!sess.alive) return;
       if (cursor === null) await reloadState(sess);
+      else syncReported(sess, page, acksBefore);
       cursor = page.cursor;
-      for (const g of page.groups) groupReported(g);
       attempt = 0;
       setLoop('sync', 'live');
     } catch (e) {
@@ -287,50 +318,122 @@ async function receiptsLoop(sess) {
   }
 }
 
+// Reads the whole chat list, most recent first. A group that moves to the top while the pages
+// are read is missed here but reported by /v1/sync, whose cursor was taken before.
 async function reloadState(sess) {
   const fresh = [];
   let cursor = null;
+  let total = 0;
   do {
-    const q = cursor ? `?limit=200&cursor=${encodeURIComponent(cursor)}` : '?limit=200';
-    const page = await api('GET', `/v1/me/groups${q}`);
+    const q = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
+    const page = await api('GET', `/v1/me/groups?order=recent&limit=200${q}`);
     fresh.push(...page.groups);
+    total = page.total_unread;
     cursor = page.has_more ? page.next_cursor : null;
   } while (cursor && sess.alive);
   if (!sess.alive) return;
+  const stillOpen = open && fresh.some((g) => g.group_id === open.id);
+  if (open && !stillOpen) leftGroup(open.id);
   groups.clear();
   for (const g of fresh) groups.set(g.group_id, g);
+  setTotalUnread(total);
   renderGroups();
-  if (open) {
-    if (groups.has(open.id)) await openGroup(open.id);
-    else closeGroup();
+  if (stillOpen) await openGroup(open.id);
+}
+
+// One /v1/sync answer: groups with their current state, groups I left or was removed from,
+// and the total unread.
+function syncReported(sess, page, acksBefore) {
+  for (const id of page.removed_group_ids || []) {
+    if (open && open.id === id) leftGroup(id);
+    groups.delete(id);
+  }
+  // Each is the group's whole current state: replaced, not merged (last_message may be gone).
+  for (const g of page.groups) groups.set(g.group_id, g);
+  // The total was counted while the poll waited; an ack of mine answered meanwhile may or may
+  // not be in it (my own reads are not reported back to me), so then ask for it afresh.
+  if (sess.acks === acksBefore) setTotalUnread(page.total_unread);
+  else refreshTotalUnread(sess);
+  renderGroups();
+  if (open && page.groups.some((g) => g.group_id === open.id)) pullNew();
+}
+
+// Reads total_unread again (a one-group page of the chat list carries it), until no ack of
+// mine answered while it was being read.
+async function refreshTotalUnread(sess) {
+  for (let tries = 0; tries < 3 && sess.alive; tries++) {
+    const acksBefore = sess.acks;
+    try {
+      const page = await api('GET', '/v1/me/groups?order=recent&limit=1');
+      if (!sess.alive) return;
+      if (sess.acks === acksBefore) { setTotalUnread(page.total_unread); return; }
+    } catch (e) {
+      if (!sess.alive || e.status === 401) return;
+      await sleep(backoff(e, tries), sess);
+    }
   }
 }
 
-// A group reported by /v1/sync, with current values.
-function groupReported(g) {
-  groups.set(g.group_id, { ...groups.get(g.group_id), ...g });
-  renderGroups();
-  if (open && open.id === g.group_id) pullNew();
+// The open group is gone from my groups (I left it elsewhere or was removed): close it, say so.
+function leftGroup(groupId) {
+  const name = groups.get(groupId)?.name || `Group #${groupId}`;
+  closeGroup();
+  showNotice(`You are no longer a member of “${name}”.`);
 }
 
 // ---------------------------------------------------------------- groups
 
+// An RFC 3339 time in microseconds since the epoch: the server orders by microseconds, and
+// Date keeps only milliseconds.
+function micros(iso) {
+  const ms = Date.parse(String(iso).replace(/\.\d+/, ''));
+  const fraction = /\.(\d+)/.exec(iso);
+  return (Number.isNaN(ms) ? 0 : ms * 1000) + (fraction ? Number(fraction[1].padEnd(6, '0').slice(0, 6)) : 0);
+}
+
+// The server's order=recent: latest activity first, ties by group id descending.
+function byRecentActivity(a, b) {
+  return (micros(b.last_activity_at) - micros(a.last_activity_at)) || (b.group_id - a.group_id);
+}
+
+function renderPreview(g) {
+  const m = g.last_message;
+  if (!m) return el('span', { className: 'preview muted', testid: 'group-preview', text: 'No messages yet' });
+  return el('span', { className: 'preview', testid: 'group-preview' },
+    el('span', { className: 'preview-sender', text: `${m.sender_id}: ` }),
+    m.preview + (m.truncated ? '…' : ''));
+}
+
 function renderGroups() {
   const list = $('groups');
-  const items = [...groups.values()].sort((a, b) => a.group_id - b.group_id).map((g) => {
+  const items = [...groups.values()].sort(byRecentActivity).map((g) => {
     const isOpen = open && open.id === g.group_id;
     const badge = el('span', { className: 'badge', testid: 'unread-badge', text: String(g.unread_count) });
     badge.hidden = isOpen || !(g.unread_count > 0);
     const button = el('button', {
       type: 'button', className: 'group' + (isOpen ? ' active' : ''), testid: 'group',
       title: `Group #${g.group_id}`,
-    }, el('span', { className: 'name', testid: 'group-name', text: g.name }), badge);
+    }, el('span', { className: 'text' },
+      el('span', { className: 'name', testid: 'group-name', text: g.name }), renderPreview(g)), badge);
     button.dataset.groupId = g.group_id;
     button.addEventListener('click', () => openGroup(g.group_id));
     return el('li', {}, button);
   });
   list.replaceChildren(...items);
   $('groups-empty').hidden = groups.size > 0 || !session;
+}
+
+// The header badge and the document title, e.g. "(3) Chorus".
+function setTotalUnread(n) {
+  totalUnread = Math.max(0, n || 0);
+  const badge = $('total-unread');
+  badge.textContent = String(totalUnread);
+  badge.hidden = totalUnread === 0;
+  document.title = totalUnread > 0 ? `(${totalUnread}) ${TITLE}` : TITLE;
+}
+
+function showNotice(message) {
+  showError($('chat-notice'), message);
 }
 
 async function createGroup(name, memberIds) {
@@ -341,6 +444,7 @@ async function createGroup(name, memberIds) {
     groups.set(g.group_id, {
       group_id: g.group_id, name: g.name, last_msg_id: g.last_msg_id,
       last_ack_msg_id: g.last_msg_id, last_read_msg_id: g.last_msg_id, unread_count: 0,
+      last_activity_at: g.created_at,
     });
     $('new-group').reset();
     kickPolls();
@@ -355,6 +459,7 @@ async function createGroup(name, memberIds) {
 
 function closeGroup() {
   open = null;
+  showNotice('');
   $('chat').hidden = true;
   $('chat-empty').hidden = false;
   $('messages').replaceChildren();
@@ -375,6 +480,7 @@ async function openGroup(groupId) {
   showError($('chat-error'), '');
   $('chat-empty').hidden = true;
   $('chat').hidden = false;
+  $('chat').dataset.state = 'loading'; // 'ready' once history and newer messages are shown
   renderGroups();
   try {
     const info = await withRetry(() => api('GET', `/v1/groups/${groupId}`), sess);
@@ -389,6 +495,7 @@ async function openGroup(groupId) {
     scrollToBottom();
     o.loaded = true;
     await pullNew(); // anything sent while the history loaded
+    if (open === o) $('chat').dataset.state = 'ready';
   } catch (e) {
     if (open === o && sess.alive && e.status !== 401) showError($('chat-error'), `Could not load this group: ${e.message}`);
   }
@@ -526,6 +633,10 @@ async function flushAck() {
   acking = true;
   try {
     const cur = await withRetry(() => api('POST', `/v1/groups/${o.id}/ack`, { body: { last_ack_msg_id: target } }), sess);
+    if (!sess.alive) return;
+    // My own reads are not reported back to me by /v1/sync: the total follows the ack here.
+    sess.acks++;
+    setTotalUnread(totalUnread + cur.unread_count - g.unread_count);
     Object.assign(g, cur);
     renderGroups();
   } catch (e) {
@@ -562,16 +673,11 @@ async function deliver(o, sess, clientMsgId, content, node) {
       const msg = await api('POST', `/v1/groups/${o.id}/messages`,
         { body: { client_msg_id: clientMsgId, content } });
       const g = groups.get(o.id);
-      if (g) {
-        // Sending moves the sender's own cursors to the new message.
-        g.last_msg_id = Math.max(g.last_msg_id, msg.msg_id);
-        g.last_ack_msg_id = Math.max(g.last_ack_msg_id, msg.msg_id);
-        g.last_read_msg_id = Math.max(g.last_read_msg_id, msg.msg_id);
-        g.unread_count = g.last_msg_id - g.last_read_msg_id;
-      }
+      if (g) sent(g, msg);
       if (open === o) {
         addMessages(o, [msg]);
         fetchReceipt(o, msg.msg_id);
+        scheduleAck(); // acks it if the send left my read cursor behind (see sent())
       }
       return;
     } catch (e) {
@@ -587,6 +693,26 @@ async function deliver(o, sess, clientMsgId, content, node) {
       await sleep(backoff(e, attempt), sess);
     }
   }
+}
+
+// My message was sent: the group moves to the top with it as the preview. The server moves my
+// cursors to it only if they were at the message just before it (I had everything); own
+// messages never count as unread, so unread_count stays.
+function sent(g, msg) {
+  if (msg.msg_id > g.last_msg_id) {
+    if (g.last_read_msg_id === msg.msg_id - 1) g.last_read_msg_id = msg.msg_id;
+    if (g.last_ack_msg_id === msg.msg_id - 1) g.last_ack_msg_id = msg.msg_id;
+    g.last_msg_id = msg.msg_id;
+  }
+  if (!g.last_message || g.last_message.msg_id <= msg.msg_id) {
+    const chars = Array.from(msg.content); // characters, not UTF-16 units, as the server counts
+    g.last_message = {
+      msg_id: msg.msg_id, sender_id: msg.sender_id, created_at: msg.created_at,
+      preview: chars.slice(0, PREVIEW_CHARS).join(''), truncated: chars.length > PREVIEW_CHARS,
+    };
+    g.last_activity_at = msg.created_at;
+  }
+  renderGroups();
 }
 
 // The counts of a message I just sent (its send answer carries none).
