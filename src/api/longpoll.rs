@@ -460,6 +460,27 @@ mod tests {
     }
 
     #[test]
+    fn cursors_of_the_previous_format_are_recognised_as_outdated() {
+        let signer = CursorSigner::new(b"test secret");
+        let current = FeedCursor::at(
+            Feed::Messages,
+            Snapshot::Postgres {
+                xmin: 3,
+                xmax: 3,
+                xip: vec![],
+            },
+            chrono::Utc::now().timestamp(),
+        )
+        .encode(&signer);
+        let previous = signer.sign(&format!("1.m.{}.3:3:", chrono::Utc::now().timestamp()));
+
+        assert!(FeedCursor::is_outdated(&previous, &signer));
+        assert_eq!(FeedCursor::decode(&previous, Feed::Messages, &signer), None);
+        assert!(!FeedCursor::is_outdated(&current, &signer));
+        assert!(!FeedCursor::is_outdated("garbage", &signer));
+    }
+
+    #[test]
     fn timeout_defaults_clamps_and_rejects_negative() {
         assert_eq!(parse_timeout(None).unwrap(), Duration::from_secs(25));
         assert_eq!(parse_timeout(Some(600)).unwrap(), Duration::from_secs(60));

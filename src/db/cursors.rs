@@ -135,6 +135,11 @@ fn ack_one(
     }
     if let Some(d) = device {
         state.last_ack_msg_id = advance_device(conn, group_id, user_id, d, ack_to)?;
+        if read_to <= member.last_read_msg_id && ack_to <= member.delivered_msg_id {
+            // A device catching up on what another device already had: receipts and the
+            // user's read position stay as they are.
+            return Ok(state);
+        }
     }
     let after = advance_member(
         conn,
