@@ -63,6 +63,10 @@ const PROBE_OPS: usize = 20;
 /// Messages per seeding transaction: enough that seeding is not bound by one flush per
 /// message. (On PostgreSQL 100 beat 1000: 1.3 vs 2.4 ms per message over the first 2000.)
 const SEED_BATCH: usize = 100;
+/// The chat list: one user in this many groups, each with a few messages.
+const CHAT_LIST_GROUPS: usize = 500;
+const CHAT_LIST_MESSAGES_PER_GROUP: usize = 3;
+const CHAT_LIST_REQUESTS_PER_RUN: usize = 1000;
 /// 100 bytes, the size of a typical chat line.
 const CONTENT: &str =
     "The quick brown fox jumps over the lazy dog; lunch at noon? Bring the slides and the drafts, please!";
@@ -78,6 +82,7 @@ enum Scenario {
     Pull,
     Ack,
     Storage,
+    ChatList,
 }
 
 impl Scenario {
@@ -117,7 +122,7 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench load -- [core|send|pull|ack|storage] [--engine sqlite|postgres|both]";
+    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list] [--engine sqlite|postgres|both]";
 
 fn parse_args() -> Result<Args, String> {
     let mut scenario = Scenario::Core;
@@ -141,6 +146,7 @@ fn parse_args() -> Result<Args, String> {
             "pull" => scenario = Scenario::Pull,
             "ack" => scenario = Scenario::Ack,
             "storage" => scenario = Scenario::Storage,
+            "chat-list" => scenario = Scenario::ChatList,
             "-h" | "--help" => return Err("Chorus load benchmark".into()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -194,6 +200,9 @@ async fn bench_engine(engine: Engine, scenario: Scenario) -> Result<EngineReport
     }
     if scenario.includes(Scenario::Storage) {
         probe_storage(&server, &mut conn, &mut report).await;
+    }
+    if scenario.includes(Scenario::ChatList) {
+        bench_chat_list(&server, &mut conn, &mut report).await;
     }
     drop(conn);
     server.stop().await;
@@ -1058,6 +1067,97 @@ async fn probe_storage(server: &BenchServer, conn: &mut AnyConnection, report: &
 // ---------------------------------------------------------------------------------------------
 // Reporting
 // ---------------------------------------------------------------------------------------------
+// Scenario 5: the chat list
+// ---------------------------------------------------------------------------------------------
+
+/// One reader in [`CHAT_LIST_GROUPS`] groups, each with messages from another member; the
+/// groups get their messages in random order, so activity order differs from id order.
+fn seed_chat_list(conn: &mut AnyConnection, reader: &str) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut groups: Vec<(i64, String)> = (0..CHAT_LIST_GROUPS)
+        .map(|i| {
+            let friend = format!("friend-{i}");
+            let group = seed_group(conn, &format!("chat {i}"), &[friend.clone(), reader.into()]);
+            (group, friend)
+        })
+        .collect();
+    for i in (1..groups.len()).rev() {
+        groups.swap(i, rng.random_range(0..=i));
+    }
+    for (group, friend) in &groups {
+        seed_messages(conn, *group, friend, CHAT_LIST_MESSAGES_PER_GROUP);
+    }
+    analyze(conn);
+}
+
+/// Every page of the reader's chat list by latest activity, 200 groups a page; the items are
+/// the groups listed.
+async fn read_whole_chat_list(http: &Http, token: &str) -> Result<u64, String> {
+    let mut listed = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("?order=recent&limit=200&cursor={c}"),
+            None => "?order=recent&limit=200".to_owned(),
+        };
+        let page = expect_json(http.get(&format!("/v1/me/groups{query}"), token), 200).await?;
+        listed += page["groups"].as_array().map_or(0, Vec::len) as u64;
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(listed),
+        }
+    }
+}
+
+async fn bench_chat_list(
+    server: &BenchServer,
+    conn: &mut AnyConnection,
+    report: &mut EngineReport,
+) {
+    let reader = "chat-reader";
+    eprintln!("chat list: seeding {CHAT_LIST_GROUPS} groups");
+    seed_chat_list(conn, reader);
+    let token = Arc::new(server.token(reader));
+    let http = server.http.clone();
+    for (what, query) in [
+        (
+            "chat list: first page by activity (50 of 500 groups)",
+            "?order=recent&limit=50",
+        ),
+        (
+            "chat list: first page by group id (50 of 500 groups)",
+            "?limit=50",
+        ),
+    ] {
+        for c in CONCURRENCY {
+            eprintln!("chat list: {query}, C={c}");
+            http.warm_up(c).await;
+            let (http, token) = (http.clone(), token.clone());
+            let path = format!("/v1/me/groups{query}");
+            let m = run_load(c, CHAT_LIST_REQUESTS_PER_RUN, move |_, _| {
+                expect_empty(http.get(&path, &token), 200)
+            })
+            .await;
+            report.chat_list_row(what, c, &m, CHAT_LIST_REQUESTS_PER_RUN);
+        }
+    }
+    eprintln!("chat list: all 500 groups by activity, C=1");
+    let (http, token) = (http.clone(), token.clone());
+    let whole = CHAT_LIST_REQUESTS_PER_RUN / 10;
+    let m = run_load(1, whole, move |_, _| {
+        let (http, token) = (http.clone(), token.clone());
+        async move { read_whole_chat_list(&http, &token).await }
+    })
+    .await;
+    report.chat_list_row(
+        "chat list: all 500 groups by activity (3 pages of 200)",
+        1,
+        &m,
+        whole,
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 
 struct Row {
     what: String,
@@ -1115,6 +1215,20 @@ impl EngineReport {
 
     fn key(&mut self, name: String, value: f64) {
         self.key_numbers.push((name, format!("{value:.0}")));
+    }
+
+    fn chat_list_row(&mut self, what: &str, c: usize, m: &Measured, planned: usize) {
+        let rate = m.rate(m.ok);
+        self.row(what, c, m, planned, format!("{rate:.0} lists/s"));
+        let short = what.trim_start_matches("chat list: ");
+        self.key_numbers.push((
+            format!("chat list p50/p99 ms, {short}, C={c}"),
+            format!(
+                "{} / {}",
+                ms(m.percentile_ms(0.50)),
+                ms(m.percentile_ms(0.99))
+            ),
+        ));
     }
 
     fn send_row(&mut self, what: &str, c: usize, m: &Measured) {
