@@ -18,7 +18,8 @@ export interface paths {
          * @description Creates a group owned by the caller. The caller becomes its `owner`; every id in
          *     `member_ids` (deduplicated, the caller ignored if listed) becomes a `member`. Users
          *     need not exist beforehand: a user is just an id. The new group has `last_msg_id` 0.
-         *     The name is stored with surrounding whitespace trimmed.
+         *     The name is stored with surrounding whitespace trimmed. Every member's `/v1/sync`
+         *     polls report the new group.
          */
         post: operations["createGroup"];
         delete?: never;
@@ -82,8 +83,9 @@ export interface paths {
          *     non-member and 404 for a missing group). Ids are deduplicated; users who already are
          *     members are left unchanged and not reported in `added`. New members join *now*: they
          *     see only messages sent after this call, and their cursors start at the group's
-         *     current `last_msg_id`. If the group would exceed 10000 members nothing is added and
-         *     the answer is 409. `user_ids` must hold 1-1000 ids.
+         *     current `last_msg_id`, so nothing is unread for them; their `/v1/sync` polls report
+         *     the group. If the group would exceed 10000 members nothing is added and the answer is
+         *     409. `user_ids` must hold 1-1000 ids.
          */
         post: operations["addMembers"];
         delete?: never;
@@ -118,7 +120,8 @@ export interface paths {
          * @description A member may remove themselves (leave); only the owner may remove someone else
          *     (403 otherwise). The owner cannot be removed and cannot leave (409). 404 if the group
          *     does not exist or the target is not a member; 403 if the caller is not a member.
-         *     The removed user's messages stay in the group.
+         *     The removed user's messages stay in the group; their `/v1/sync` polls report the group
+         *     in `removed_group_ids`.
          */
         delete: operations["removeMember"];
         options?: never;
@@ -144,9 +147,10 @@ export interface paths {
          * @description One page of messages, always in **ascending** `msg_id` order, at most `limit`
          *     (default 50, max 200) messages.
          *
-         *     - **Neither bound (offline pull):** the page starts right after the caller's
-         *       `last_ack_msg_id`. Ack the page, then call again; the next page starts after the
-         *       new ack. `has_more` is true when newer messages exist beyond this page.
+         *     - **Neither bound (offline pull):** the page starts right after the calling
+         *       device's `last_ack_msg_id` (for a named device that has not acked in this group
+         *       yet: where the member joined). Ack the page, then call again; the next page starts
+         *       after the new ack. `has_more` is true when newer messages exist beyond this page.
          *     - **`after_msg_id`:** the page of messages with `msg_id > after_msg_id` (oldest
          *       first); `has_more` means newer messages exist beyond the page.
          *     - **`before_msg_id`:** paging backwards through history: the page *just older* than
@@ -156,8 +160,8 @@ export interface paths {
          *     - Giving both `after_msg_id` and `before_msg_id` is a 400 (`validation_failed`).
          *
          *     A member never sees messages sent before they joined, whatever the bounds. Listing
-         *     does not move cursors; the response reports the caller's current cursors and the
-         *     group's `last_msg_id`. Clients deduplicate by `msg_id`. Only members may list: 404 if
+         *     does not move cursors; the response reports the calling device's delivered cursor, the
+         *     caller's read cursor and the group's `last_msg_id`. Clients deduplicate by `msg_id`. Only members may list: 404 if
          *     the group does not exist, 403 if the caller is not a member.
          *
          *     With `with_receipts=true`, each message **the caller sent** carries a `receipt` with
@@ -170,8 +174,15 @@ export interface paths {
         /**
          * Send a message to a group
          * @description Stores the message once and gives it the group's next `msg_id` (`last_msg_id + 1`;
-         *     ids are contiguous). The sender's own `last_ack_msg_id` and `last_read_msg_id` move to
-         *     the new message.
+         *     ids are contiguous).
+         *
+         *     The sender's own message is never unread for them, and a send never skips messages
+         *     the sender has not received: each of the sender's cursors (`last_read_msg_id`, and
+         *     the sending device's `last_ack_msg_id`) moves onto the new message only if it was at
+         *     the message just before it. Otherwise it stays, and the sender's next offline pull
+         *     returns the messages they missed followed by their own. The delivered cursors of the
+         *     sender's other devices never move on a send. (A named device that has not acked in
+         *     the group yet keeps its starting point, so its next pull includes its own message.)
          *
          *     Idempotent by `client_msg_id`: if the caller already sent this `client_msg_id` to
          *     this group, nothing is stored and the original message is returned with **200**
@@ -210,8 +221,9 @@ export interface paths {
          *
          *     - The **audience** is the members who joined before the message was sent and still
          *       are members, minus its sender. A member has read it when their
-         *       `last_read_msg_id >= msg_id`, and has it delivered when their
-         *       `last_ack_msg_id >= msg_id` (so one ack covering many messages marks them all).
+         *       `last_read_msg_id >= msg_id`, and has it delivered when the delivered cursor of at
+         *       least one of their devices is at or past it (so one ack covering many messages
+         *       marks them all).
          *     - `read_count`, `unread_count` and `delivered_count` are for the **whole audience**,
          *       on every page.
          *     - `read_user_ids` and `unread_user_ids` are **one page** of the audience, ordered by
@@ -249,17 +261,23 @@ export interface paths {
         put?: never;
         /**
          * Ack delivered and read messages in one group
-         * @description Moves the caller's cursors in this group forward and returns them.
+         * @description Moves the caller's cursors in this group forward and returns them: the calling
+         *     device's delivered cursor (`last_ack_msg_id`) and the caller's read cursor
+         *     (`last_read_msg_id`, shared by all their devices: their other devices' `/v1/sync`
+         *     polls report the group, with its new `unread_count`).
          *
          *     - `last_read_msg_id` defaults to `last_ack_msg_id` (an ack means "read" unless told
          *       otherwise). Pass a lower `last_read_msg_id` to report delivery only.
-         *     - Reading implies delivery: the delivered cursor is raised to at least the read one.
+         *     - Reading implies delivery: the calling device's delivered cursor is raised to at
+         *       least the `last_read_msg_id` of this ack. It may still be below the read cursor
+         *       when the reading happened on another device.
          *     - Cursors only move forward: a value at or below the current cursor is a no-op and
          *       the current cursors are returned (200).
          *     - Acking beyond the group's `last_msg_id` is a 422 (`ack_beyond_last_message`) and
          *       changes nothing.
-         *     - An ack writes O(1) rows (one membership row at most, none for a no-op) however
-         *       many messages it covers.
+         *     - An ack writes O(1) rows however many messages it covers (the membership row, the
+         *       named device's cursor row, one receipt-change row and one row telling the caller's
+         *       other devices of a read; none for a no-op).
          *
          *     Only members may ack: 404 if the group does not exist, 403 if the caller is not a
          *     member.
@@ -307,17 +325,96 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List the caller's groups with unread counts
-         * @description The groups the caller is a member of, ordered by `group_id` (ascending), each with the
-         *     caller's cursors and `unread_count` (`last_msg_id - last_read_msg_id`).
-         *     With `unread_only=true` only groups with `unread_count > 0` are listed. Paging: when
-         *     `has_more` is true pass `next_cursor` as `cursor` to get the next page; `next_cursor`
-         *     is `null` on the last page.
+         * The caller's chat list, with unread counts and last-message previews
+         * @description The groups the caller is a member of, each with its `last_msg_id`, the calling
+         *     device's delivered cursor, the caller's read cursor, `unread_count`,
+         *     `last_activity_at` and, when the group has a message the caller may see,
+         *     `last_message` (a preview of at most 120 characters). `total_unread` is the unread
+         *     count over **all** the caller's groups, not only this page: the app icon's badge.
+         *
+         *     - `unread_count` is `last_msg_id - last_read_msg_id` minus the caller's own messages
+         *       above their read cursor (one's own messages are never unread). Every figure comes
+         *       from the membership row, the group row, the device's cursor row and at most one
+         *       message row per group: no message is counted.
+         *     - `order=id` (the default): by `group_id`, ascending.
+         *     - `order=recent`: latest activity first, by the group's last message time (its
+         *       creation time while it has none), ties by `group_id` descending. The chat list of
+         *       a messaging app.
+         *     - With `unread_only=true` only groups with `unread_count > 0` are listed.
+         *     - Paging: when `has_more` is true pass `next_cursor` as `cursor` (with the same
+         *       `order`) to get the next page; `next_cursor` is `null` on the last page. Pages
+         *       continue after the last group of the previous one (keyset paging), so a group that
+         *       does not change meanwhile is listed exactly once. With `order=recent` a group that
+         *       receives a message while you page moves to the top, ahead of the pages you already
+         *       have: `/v1/sync` reports it.
+         *     - `last_message` is absent when the group has no message the caller may see: none
+         *       was sent since they joined, or it expired. Its `preview` is the first 120
+         *       characters (characters, not bytes) of the content; `truncated` says whether the
+         *       content goes on.
          */
         get: operations["listMyGroups"];
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/devices": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the caller's signed-in devices
+         * @description The caller's named devices that are signed in, oldest first: every device a token of
+         *     theirs has named (see *Authentication*), except those signed out or forgotten after
+         *     `CHORUS_DEVICE_RETENTION_SECS` (default 30 days) without use. `current` marks the
+         *     device the request came from. The default device (tokens without a `device_id`
+         *     claim) is not listed. `last_seen_at` is refreshed at most every 15 minutes.
+         */
+        get: operations["listMyDevices"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/me/devices/{device_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description One of the caller's signed-in devices (it may be the calling one).
+                 * @example bob-phone
+                 */
+                device_id: components["schemas"]["DeviceId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Sign one of the caller's devices out
+         * @description Signs the device out: its delivered cursors are forgotten, it leaves
+         *     `GET /v1/me/devices`, and every token naming it that was issued at or before now (by
+         *     its `iat`, in whole seconds) is refused with 401 (`device_signed_out`) on every `/v1`
+         *     route. A token issued later signs the device in again as a new device: it catches up
+         *     from where the member joined each group. The caller's read cursors and their other
+         *     devices are not affected.
+         *
+         *     404 (`not_found`) when the caller has no signed-in device of that id: never used,
+         *     already signed out, forgotten, or another user's. 400 (`validation_failed`) for an id
+         *     that breaks the device id rule.
+         */
+        delete: operations["removeMyDevice"];
         options?: never;
         head?: never;
         patch?: never;
@@ -331,43 +428,59 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Long-poll for groups with new messages
-         * @description For online members: which of the caller's groups received messages after the cursor.
-         *     Each reported group comes with its `last_msg_id`, the caller's cursors and
-         *     `unread_count` (current values at answer time), so the client knows what to pull;
-         *     the messages themselves are pulled with `GET /v1/groups/{group_id}/messages`.
+         * Long-poll for changes to the caller's groups
+         * @description For online members: which of the caller's groups changed after the cursor. Each
+         *     reported group comes with its `last_msg_id`, the calling device's delivered cursor,
+         *     the caller's read cursor, `unread_count` and last-message preview (current values at
+         *     answer time, as in `GET /v1/me/groups`), so the client knows what to pull and what to
+         *     show; the messages themselves are pulled with `GET /v1/groups/{group_id}/messages`.
+         *     `total_unread` is the caller's unread count over all their groups now.
+         *
+         *     A group is reported when, since the cursor:
+         *
+         *     - a message was sent to it after the caller joined (the caller's own messages
+         *       included, for their other devices);
+         *     - the caller's read cursor moved there **from another of their devices** (read on the
+         *       laptop: the phone's poll answers with the group, its `unread_count` now lower, so
+         *       the phone clears its badge). Reads by the polling device itself are not reported
+         *       back to it;
+         *     - the caller was added to it (a new group created with them counts): it appears.
+         *       Being added is never unread; messages sent before they joined never reach them.
+         *
+         *     A group the caller left or was removed from since the cursor is not in `groups` but in
+         *     `removed_group_ids`: drop it from the chat list.
          *
          *     - **Without `cursor`** the answer comes at once, with no groups and the current
          *       cursor: the starting point.
-         *     - **With `cursor`** the answer comes at once when groups of the caller received
-         *       messages since that cursor (the caller's own messages included, for their other
-         *       devices). Otherwise the server holds the request until a message arrives in one of
-         *       the caller's groups or `timeout_s` runs out, then answers 200 with no groups and a
-         *       fresh cursor. `timeout_s=0` answers at once in any case.
+         *     - **With `cursor`** the answer comes at once when something above happened since that
+         *       cursor. Otherwise the server holds the request until it does or `timeout_s` runs
+         *       out, then answers 200 with no groups and a fresh cursor. `timeout_s=0` answers at
+         *       once in any case.
          *     - Groups are ordered by `group_id`, each reported once per answer however many
-         *       messages it received. When `has_more` is true, call again at once with the
-         *       returned cursor for the rest.
-         *     - A group the caller was added to is reported once a message is sent to it after
-         *       they joined (they never see earlier ones).
+         *       changes it had; `limit` bounds `groups` and `removed_group_ids` together. When
+         *       `has_more` is true, call again at once with the returned cursor for the rest.
          *
          *     **The client loop**, which never misses a message:
          *
          *     1. `GET /v1/sync` without a cursor; keep the cursor.
-         *     2. Catch up as in *Offline pull* (`GET /v1/me/groups?unread_only=true`, pull, ack).
-         *     3. `GET /v1/sync?cursor=…`. For each reported group, pull
-         *        `GET /v1/groups/{group_id}/messages` without `after_msg_id` (the page after the
-         *        caller's `last_ack_msg_id`), store, ack, and pull again while `has_more` is true.
+         *     2. Catch up as in *Offline pull* (`GET /v1/me/groups`, pull, ack).
+         *     3. `GET /v1/sync?cursor=…`. Drop the groups in `removed_group_ids`. For each reported
+         *        group, update its row in the chat list; when its `last_msg_id` is above its
+         *        `last_ack_msg_id`, pull `GET /v1/groups/{group_id}/messages` without
+         *        `after_msg_id` (the page after this device's `last_ack_msg_id`), store, ack, and
+         *        pull again while `has_more` is true.
          *     4. Poll again with the new cursor; go to 3.
          *
-         *     Any message committed after the cursor was taken is reported by the next poll, and
-         *     pulling starts from the caller's own delivered cursor, not from the poll's answer, so
+         *     Any change committed after the cursor was taken is reported by the next poll, and
+         *     pulling starts from the device's own delivered cursor, not from the poll's answer, so
          *     nothing falls between two polls. At worst a group is reported whose messages were
-         *     already pulled; its page is then empty. Cursors are opaque and safe to retry: a poll
-         *     retried after a lost response may report groups again, never skips any.
+         *     already pulled; its page is then empty. Cursors are opaque, not bound to a device,
+         *     and safe to retry: a poll retried after a lost response may report groups again,
+         *     never skips any.
          *
-         *     A cursor older than the retention period (default 7 days) is a 410
-         *     (`cursor_expired`): start again at step 1. A cursor issued by `/v1/receipts` is a
-         *     400.
+         *     A cursor older than the retention period (default 7 days), or one issued by an older
+         *     version of the server, is a 410 (`cursor_expired`): start again at step 1. A cursor
+         *     issued by `/v1/receipts` is a 400.
          */
         get: operations["pollSync"];
         put?: never;
@@ -436,6 +549,10 @@ export interface paths {
          *     `CHORUS_JWT_SECRET`, signing tokens with the secret it generated in its data directory.
          *     The reference web client uses it to let you pick a user. With a configured secret it
          *     answers 404, so production servers never hand out tokens.
+         *
+         *     With `device_id` the token names that device (its `device_id` claim), which then keeps
+         *     its own delivered cursors; without it the token is for the user's default device. An
+         *     invalid `user_id` or `device_id` is a 400 (`validation_failed`).
          */
         post: operations["issueDevToken"];
         delete?: never;
@@ -596,6 +713,13 @@ export interface components {
          */
         UserId: string;
         /**
+         * @description A device id, 1-64 characters from `A-Z a-z 0-9 . _ : -`, chosen by the client once per
+         *     installation (a random UUID serves well). Global: the first user to use it owns it.
+         * @example bob-phone
+         * @example 3f2b9c1e-8a4d-4b7e-9f00-1c2d3e4f5a6b
+         */
+        DeviceId: string;
+        /**
          * Format: int64
          * @description A group's id.
          * @example 1
@@ -628,16 +752,20 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
         };
         DevTokenRequest: {
             user_id: components["schemas"]["UserId"];
+            /** @description The device the token speaks for. Omit it for the user's default device. */
+            device_id?: components["schemas"]["DeviceId"];
         };
         DevToken: {
             user_id: components["schemas"]["UserId"];
+            /** @description The device the token names; absent for the user's default device. */
+            device_id?: components["schemas"]["DeviceId"];
             /** @description An HS256 JWT to send as `Authorization: Bearer <token>`. */
             token: string;
             /** @description Seconds until the token expires. */
@@ -755,13 +883,16 @@ export interface components {
             has_more: boolean;
             /** @description The group's newest message id. */
             last_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description The caller's delivered cursor (listing does not move it). */
+            /**
+             * @description The calling device's delivered cursor (listing does not move it). For a named
+             *     device that has not acked in this group yet: where the member joined.
+             */
             last_ack_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description The caller's read cursor (listing does not move it). */
+            /** @description The caller's read cursor, on all their devices (listing does not move it). */
             last_read_msg_id: components["schemas"]["MsgIdValue"];
         };
         /**
-         * @description A member's cursors in one group after an ack.
+         * @description A member's cursors in one group after an ack, as the acking device sees them.
          * @example {
          *       "group_id": 1,
          *       "last_ack_msg_id": 1,
@@ -772,15 +903,19 @@ export interface components {
          */
         Cursors: {
             group_id: components["schemas"]["GroupIdValue"];
-            /** @description Everything up to this id has been delivered. */
+            /**
+             * @description The calling device's delivered cursor: everything up to this id has been
+             *     delivered to this device.
+             */
             last_ack_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description Everything up to this id has been read. */
+            /** @description The caller's read cursor (on all their devices); everything up to it has been read. */
             last_read_msg_id: components["schemas"]["MsgIdValue"];
             /** @description The group's newest message id. */
             last_msg_id: components["schemas"]["MsgIdValue"];
             /**
              * Format: int64
-             * @description `last_msg_id - last_read_msg_id`.
+             * @description `last_msg_id - last_read_msg_id`, minus the caller's own messages above their read
+             *     cursor: one's own messages are never unread.
              */
             unread_count: number;
         };
@@ -789,13 +924,22 @@ export interface components {
             results: components["schemas"]["Cursors"][];
         };
         /**
+         * @description One of the caller's groups, as the calling device sees it.
          * @example {
          *       "group_id": 1,
          *       "name": "team",
          *       "last_msg_id": 1,
          *       "last_ack_msg_id": 0,
          *       "last_read_msg_id": 0,
-         *       "unread_count": 1
+         *       "unread_count": 1,
+         *       "last_activity_at": "2024-05-01T09:01:00.123456Z",
+         *       "last_message": {
+         *         "msg_id": 1,
+         *         "sender_id": "alice",
+         *         "created_at": "2024-05-01T09:01:00.123456Z",
+         *         "preview": "hello",
+         *         "truncated": false
+         *       }
          *     }
          */
         MyGroup: {
@@ -803,23 +947,98 @@ export interface components {
             name: string;
             /** @description The group's newest message id. */
             last_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description The caller's delivered cursor. */
+            /**
+             * @description The calling device's delivered cursor. For a named device that has not acked in
+             *     this group yet: where the member joined. Below `last_msg_id`: this device has
+             *     messages to pull, even when nothing is unread (read on another device).
+             */
             last_ack_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description The caller's read cursor. */
+            /** @description The caller's read cursor, the same on all their devices. */
             last_read_msg_id: components["schemas"]["MsgIdValue"];
             /**
              * Format: int64
-             * @description `last_msg_id - last_read_msg_id`.
+             * @description `last_msg_id - last_read_msg_id`, minus the caller's own messages above their read
+             *     cursor: one's own messages are never unread. The same on all the caller's devices.
              */
             unread_count: number;
+            /**
+             * @description When the group's last message was sent, or when the group was created while it has
+             *     none: what `order=recent` sorts by.
+             */
+            last_activity_at: components["schemas"]["Timestamp"];
+            /**
+             * @description A preview of the group's last message. Absent when the group has no message the
+             *     caller may see (none sent since they joined, or it expired).
+             */
+            last_message?: components["schemas"]["LastMessage"];
+        };
+        /**
+         * @description The start of a group's last message, for the chat list.
+         * @example {
+         *       "msg_id": 2,
+         *       "sender_id": "alice",
+         *       "created_at": "2024-05-01T09:02:00.654321Z",
+         *       "preview": "lunch at noon?",
+         *       "truncated": false
+         *     }
+         */
+        LastMessage: {
+            /**
+             * Format: int64
+             * @description The message's id within its group (the group's `last_msg_id`).
+             */
+            msg_id: number;
+            sender_id: components["schemas"]["UserId"];
+            created_at: components["schemas"]["Timestamp"];
+            /**
+             * @description The first 120 characters of the content (characters, not bytes; the whole content
+             *     when it is shorter).
+             */
+            preview: string;
+            /** @description True when the content goes on past `preview`. */
+            truncated: boolean;
         };
         MyGroupsPage: {
-            /** @description The caller's groups ordered by `group_id`, ascending. */
+            /**
+             * @description The caller's groups, by `group_id` ascending (`order=id`) or latest activity first
+             *     (`order=recent`).
+             */
             groups: components["schemas"]["MyGroup"][];
+            /**
+             * Format: int64
+             * @description The sum of `unread_count` over **all** the caller's groups, not only this page
+             *     (and whatever `unread_only` says): the app icon's badge.
+             */
+            total_unread: number;
             /** @description True when another page follows. */
             has_more: boolean;
-            /** @description Pass as `cursor` for the next page; `null` when `has_more` is false. */
+            /**
+             * @description Pass as `cursor` (with the same `order`) for the next page; `null` when `has_more`
+             *     is false. Opaque.
+             */
             next_cursor: string | null;
+        };
+        /**
+         * @description One of the caller's signed-in devices.
+         * @example {
+         *       "device_id": "bob-laptop",
+         *       "created_at": "2024-05-01T09:10:00.250000Z",
+         *       "last_seen_at": "2024-05-01T09:50:00.750000Z",
+         *       "current": true
+         *     }
+         */
+        Device: {
+            device_id: components["schemas"]["DeviceId"];
+            /** @description When the device was first recorded (a token naming it was first used). */
+            created_at: components["schemas"]["Timestamp"];
+            /** @description When the device last made a request, refreshed at most every 15 minutes. */
+            last_seen_at: components["schemas"]["Timestamp"];
+            /** @description True for the device the request came from. */
+            current: boolean;
+        };
+        DevicesPage: {
+            /** @description The caller's signed-in devices, oldest first (the default device is not listed). */
+            devices: components["schemas"]["Device"][];
         };
         /**
          * @description Receipt counts of one message over its audience (the members who joined before it
@@ -844,8 +1063,8 @@ export interface components {
             unread_count: number;
             /**
              * Format: int64
-             * @description Audience members whose `last_ack_msg_id` is at or past the message (read or not);
-             *     never below `read_count`.
+             * @description Audience members who have the message delivered to at least one of their devices
+             *     (read or not); never below `read_count`.
              */
             delivered_count: number;
         };
@@ -889,8 +1108,8 @@ export interface components {
             unread_count: number;
             /**
              * Format: int64
-             * @description Audience members it was delivered to, read or not (whole audience, not this
-             *     page); never below `read_count`.
+             * @description Audience members it was delivered to on at least one of their devices, read or
+             *     not (whole audience, not this page); never below `read_count`.
              */
             delivered_count: number;
             /** @description This page's audience members who have read the message, by user id ascending. */
@@ -934,7 +1153,7 @@ export interface components {
             unread_count: number;
             /**
              * Format: int64
-             * @description Audience members it is delivered to now (read or not).
+             * @description Audience members it is delivered to now, on at least one device (read or not).
              */
             delivered_count: number;
         };
@@ -979,22 +1198,43 @@ export interface components {
          *           "last_msg_id": 2,
          *           "last_ack_msg_id": 0,
          *           "last_read_msg_id": 0,
-         *           "unread_count": 2
+         *           "unread_count": 2,
+         *           "last_activity_at": "2024-05-01T09:02:00.654321Z",
+         *           "last_message": {
+         *             "msg_id": 2,
+         *             "sender_id": "alice",
+         *             "created_at": "2024-05-01T09:02:00.654321Z",
+         *             "preview": "lunch at noon?",
+         *             "truncated": false
+         *           }
          *         }
          *       ],
-         *       "cursor": "MS5tLjE3MTQ1NTQxNTAuMzozOg",
+         *       "removed_group_ids": [],
+         *       "total_unread": 2,
+         *       "cursor": "Mi5tLjE3MTQ1NTQxNTAuczozLDEsNA.Qm9iUmVjZWl2ZWRUd28wMQ",
          *       "has_more": false
          *     }
          */
         SyncPage: {
             /**
-             * @description The caller's groups that received messages after the cursor, ordered by
-             *     `group_id`, each once, with current values. Empty on a timeout or when no cursor
-             *     was given.
+             * @description The caller's groups that changed after the cursor (a message sent to them, read on
+             *     another of the caller's devices, or newly joined), ordered by `group_id`, each
+             *     once, with current values as the polling device sees them. Empty on a timeout or
+             *     when no cursor was given.
              */
             groups: components["schemas"]["MyGroup"][];
+            /**
+             * @description Groups the caller left or was removed from after the cursor, ascending: drop
+             *     them from the chat list. Empty on a timeout or when no cursor was given.
+             */
+            removed_group_ids: components["schemas"]["GroupIdValue"][];
+            /**
+             * Format: int64
+             * @description The caller's unread count over all their groups now (the app icon's badge).
+             */
+            total_unread: number;
             cursor: components["schemas"]["PollCursor"];
-            /** @description More groups are ready; poll again at once with `cursor`. */
+            /** @description More changes are ready; poll again at once with `cursor`. */
             has_more: boolean;
         };
         /**
@@ -1111,7 +1351,11 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The bearer token is missing, malformed, badly signed or expired. */
+        /**
+         * @description The bearer token is missing, malformed, badly signed or expired, or one of its claims
+         *     breaks its rule (`unauthorized`); or it names a device that was signed out after the
+         *     token was issued (`device_signed_out`: sign in again for a new token).
+         */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
@@ -1124,7 +1368,8 @@ export interface components {
         /**
          * @description The caller is not a member of the group, or is a member but not allowed to do this
          *     (only the owner adds members or removes others; only a message's sender and the
-         *     group owner read its receipts).
+         *     group owner read its receipts). On every `/v1` route: the token names a device that
+         *     belongs to another user (device ids are global; the first user to use one owns it).
          */
         Forbidden: {
             headers: {
@@ -1206,7 +1451,7 @@ export interface components {
          * @description The long-poll cursor is older than the retention period
          *     (`CHORUS_RECEIPT_RETENTION_SECS`, default 7 days), so changes it has not seen may be
          *     gone. Start again without a cursor and re-read current state: for `/v1/sync`, the
-         *     caller's groups (`GET /v1/me/groups?unread_only=true`) and their messages; for
+         *     caller's groups (`GET /v1/me/groups`) and their messages; for
          *     `/v1/receipts`, the messages' receipts
          *     (`GET /v1/groups/{group_id}/messages/{msg_id}/receipts`, or listing messages with
          *     `with_receipts=true`).
@@ -1331,6 +1576,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
@@ -1493,7 +1739,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description Return messages with `msg_id` greater than this. Defaults to the caller's
+                 * @description Return messages with `msg_id` greater than this. Defaults to the calling device's
                  *     `last_ack_msg_id`. Cannot be combined with `before_msg_id`.
                  * @example 0
                  */
@@ -1528,7 +1774,10 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of messages, ascending by `msg_id`, with the caller's cursors. */
+            /**
+             * @description A page of messages, ascending by `msg_id`, with the calling device's delivered
+             *     cursor and the caller's read cursor.
+             */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1722,13 +1971,21 @@ export interface operations {
         parameters: {
             query?: {
                 /**
+                 * @description `id` (the default): by `group_id` ascending. `recent`: latest activity first.
+                 *     Anything else is a 400 (`validation_failed`).
+                 * @example recent
+                 */
+                order?: "id" | "recent";
+                /**
                  * @description List only groups with unread messages.
                  * @example true
                  */
                 unread_only?: boolean;
                 /**
-                 * @description Opaque paging cursor: the `next_cursor` of the previous page. Omit it for the
-                 *     first page. A value this server did not issue is a 400 (`validation_failed`).
+                 * @description Opaque paging cursor: the `next_cursor` of the previous page, requested with the
+                 *     same `order`. Omit it for the first page. A value this server did not issue for
+                 *     this `order` (a cursor of the other order included) is a 400
+                 *     (`validation_failed`).
                  * @example 1
                  */
                 cursor?: string;
@@ -1744,7 +2001,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of the caller's groups. */
+            /** @description A page of the caller's groups, and the unread total over all of them. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1755,6 +2012,77 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listMyDevices: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's signed-in devices, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DevicesPage"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    removeMyDevice: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description One of the caller's signed-in devices (it may be the calling one).
+                 * @example bob-phone
+                 */
+                device_id: components["schemas"]["DeviceId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The device was signed out. No body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The device id breaks its rule (1-64 characters from `A-Z a-z 0-9 . _ : -`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description The caller has no signed-in device of that id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1766,7 +2094,7 @@ export interface operations {
                  * @description The `cursor` of the previous answer from `/v1/sync`. Omit it to get the current
                  *     cursor at once. A value this server did not issue for this feed is a 400
                  *     (`validation_failed`); one older than the retention period is a 410.
-                 * @example MS5tLjE3MTQ1NTQwMzAuMToxOg
+                 * @example Mi5tLjE3MTQ1NTQwMzAuczoxLDEsNA.0tGdMwqq3b2Bz5w7V8rS1A
                  */
                 cursor?: components["schemas"]["PollCursor"];
                 /**
@@ -1789,8 +2117,8 @@ export interface operations {
         requestBody?: never;
         responses: {
             /**
-             * @description The caller's groups that received messages after the cursor (possibly none), and
-             *     the cursor for the next poll.
+             * @description The caller's groups that changed after the cursor (possibly none), the groups
+             *     they left, the unread total, and the cursor for the next poll.
              */
             200: {
                 headers: {
@@ -1802,6 +2130,7 @@ export interface operations {
             };
             400: components["responses"]["PollBadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["CursorExpired"];
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
@@ -1851,6 +2180,7 @@ export interface operations {
             };
             400: components["responses"]["PollBadRequest"];
             401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             410: components["responses"]["CursorExpired"];
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
@@ -1866,11 +2196,6 @@ export interface operations {
         };
         requestBody: {
             content: {
-                /**
-                 * @example {
-                 *       "user_id": "alice"
-                 *     }
-                 */
                 "application/json": components["schemas"]["DevTokenRequest"];
             };
         };
@@ -1881,13 +2206,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "user_id": "alice",
-                     *       "token": "eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSIsImV4cCI6MTc5NjE0MDU1MCwiaWF0IjoxNzk2MDU0MTUwfQ.nMPEy20v21VmxfFRIKXvxxAPU02sBw76uF8hTpznZm4",
-                     *       "expires_in": 86400
-                     *     }
-                     */
                     "application/json": components["schemas"]["DevToken"];
                 };
             };
