@@ -12,6 +12,11 @@
 //   reads the current state, then polls with the cursor it was given.
 // - The open group's messages are kept in a Map by msg_id (deduplication); new ones are
 //   pulled with after_msg_id = the highest shown, and the highest shown is acked.
+// - Members: anyone in a group lists them (GET /v1/groups/{g}/members, paged); the owner adds
+//   (POST …/members) and removes (DELETE …/members/{user}); others leave (DELETE their own id).
+//   User ids typed into the client are checked against the spec's rule before sending.
+// - Narrow screens (see app.css) show either the list or the open chat, by #main's data-view;
+//   opening a chat there adds a history entry, so the phone's back button returns to the list.
 // - User content only ever reaches the page through textContent, never innerHTML.
 'use strict';
 
@@ -24,17 +29,24 @@ const SEND_ATTEMPTS = 6;
 const STORAGE_KEY = 'chorus.session';
 const DEVICE_KEY_PREFIX = 'chorus.device.'; // + user id: this browser's device id for the user
 const PREVIEW_CHARS = 120; // what the server puts in last_message.preview
+const MEMBER_PAGE = 200;
+const MAX_IDS_PER_REQUEST = 1000;
+const RUN_GAP_MS = 5 * 60 * 1000; // one sender's messages this close together share one header
+const NARROW = window.matchMedia('(max-width: 700px)'); // the breakpoint in app.css
 const TITLE = 'Chorus';
 
 const $ = (id) => document.getElementById(id);
 
 // ---------------------------------------------------------------- state
 
-let session = null; // { user, token, alive, stop: AbortController, polls, acks }
+let session = null; // { user, token, alive, stop: AbortController, polls, acks, sends: group_id -> Promise }
 const groups = new Map(); // group_id -> MyGroup (name, cursors, unread_count, last_message, …)
 let totalUnread = 0; // over all my groups: the server's total_unread, kept current by my acks
 const receipts = new Map(); // "group/msg" -> { read_count, unread_count, delivered_count }
-let open = null; // the open group: { id, messages: Map(msg_id -> el), highest, oldest, ... }
+let open = null; // the open group: { id, ownerId, messages: Map(msg_id -> el), highest, oldest, ... }
+let chatEntry = false; // a history entry was pushed for the open chat (narrow screens only)
+let chatEntryDropping = false; // history.back() was called to drop it; its popstate is ours
+let roster = null; // the members dialog: { groupId, ownerId, members, nextCursor }
 const loops = { sync: 'connecting', receipts: 'connecting' };
 
 // ---------------------------------------------------------------- HTTP
@@ -141,6 +153,40 @@ function deviceIdFor(user) {
   }
 }
 
+// User ids typed by a person, separated by commas and/or spaces, each checked against the
+// spec's rule (UserId in openapi.yaml) before anything is sent. Gives { ids } or { error },
+// the error naming every id that is wrong and why.
+const USER_ID_CHAR = /[A-Za-z0-9._@:-]/;
+const USER_ID_RULE = '1-64 characters from A-Z a-z 0-9 . _ @ : -';
+function parseUserIds(text) {
+  const ids = [...new Set(text.split(/[\s,]+/).filter(Boolean))];
+  const bad = ids.map(whatIsWrongWithId).filter(Boolean);
+  if (bad.length === 1) return { error: `Not a valid user id: ${bad[0]}. A user id is ${USER_ID_RULE}.` };
+  if (bad.length > 1) return { error: `Not valid user ids: ${bad.join('; ')}. A user id is ${USER_ID_RULE}.` };
+  if (ids.length > MAX_IDS_PER_REQUEST) {
+    return { error: `At most ${MAX_IDS_PER_REQUEST} user ids at a time (${ids.length} given).` };
+  }
+  return { ids };
+}
+
+// null for a good id, else the id (shortened if very long) and what is wrong with it.
+function whatIsWrongWithId(id) {
+  const chars = Array.from(id);
+  const problems = [];
+  const wrong = [...new Set(chars.filter((c) => !USER_ID_CHAR.test(c)))];
+  if (wrong.length) problems.push(`${wrong.map(showChar).join(' ')} not allowed`);
+  if (chars.length > 64) problems.push(`${chars.length} characters, at most 64`);
+  if (!problems.length) return null;
+  const shown = chars.length > 40 ? chars.slice(0, 40).join('') + '…' : id;
+  return `“${shown}” (${problems.join(', ')})`;
+}
+
+// Invisible characters (a zero-width space pasted with an id) are named by code point.
+function showChar(c) {
+  if (/[\p{C}\p{Z}]/u.test(c)) return 'U+' + c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+  return `“${c}”`;
+}
+
 // ---------------------------------------------------------------- small DOM helpers
 
 function el(tag, props = {}, ...children) {
@@ -212,7 +258,7 @@ function tokenSubject(token) {
 
 function startSession(user, token) {
   sessionStorage.setItem(STORAGE_KEY, JSON.stringify({ user, token }));
-  session = { user, token, alive: true, stop: new AbortController(), polls: {}, acks: 0 };
+  session = { user, token, alive: true, stop: new AbortController(), polls: {}, acks: 0, sends: new Map() };
   groups.clear();
   receipts.clear();
   closeGroup();
@@ -416,7 +462,7 @@ function renderGroups() {
     }, el('span', { className: 'text' },
       el('span', { className: 'name', testid: 'group-name', text: g.name }), renderPreview(g)), badge);
     button.dataset.groupId = g.group_id;
-    button.addEventListener('click', () => openGroup(g.group_id));
+    button.addEventListener('click', () => showGroup(g.group_id));
     return el('li', {}, button);
   });
   list.replaceChildren(...items);
@@ -433,7 +479,8 @@ function setTotalUnread(n) {
 }
 
 function showNotice(message) {
-  showError($('chat-notice'), message);
+  $('chat-notice-text').textContent = message || '';
+  $('chat-notice').hidden = !message;
 }
 
 async function createGroup(name, memberIds) {
@@ -448,7 +495,7 @@ async function createGroup(name, memberIds) {
     });
     $('new-group').reset();
     kickPolls();
-    await openGroup(g.group_id);
+    await showGroup(g.group_id);
     $('composer-input').focus();
   } catch (e) {
     if (e.status !== 401) showError(error, e.message);
@@ -457,21 +504,77 @@ async function createGroup(name, memberIds) {
 
 // ---------------------------------------------------------------- the open group
 
+// Narrow screens show the list or the chat (app.css); wide ones show both, whatever the view.
+function setView(view) {
+  $('main').dataset.view = view;
+}
+
+// The user opens a group. On a narrow screen the chat covers the list, and a history entry
+// lets the phone's back button (or the header's) return to the list.
+function showGroup(groupId) {
+  showNotice('');
+  // While a history.back() of ours is under way, its popstate pushes the entry instead.
+  if (NARROW.matches && !chatEntry && !chatEntryDropping) pushChatEntry();
+  return openGroup(groupId);
+}
+
+function pushChatEntry() {
+  history.pushState({ chorusChat: true }, '');
+  chatEntry = true;
+}
+
+// The back button of the phone or the browser, on a chat opened on a narrow screen.
+function onPopState() {
+  if (chatEntryDropping) {
+    chatEntryDropping = false;
+    if (open && NARROW.matches && !chatEntry) pushChatEntry(); // a group opened meanwhile
+    return;
+  }
+  if (chatEntry) {
+    chatEntry = false;
+    backToList();
+  }
+}
+
+// The header's back button (narrow screens): the list again, with the group just left focused.
+function backToList() {
+  const id = open?.id;
+  closeGroup();
+  renderGroups();
+  if (id !== undefined) $('groups').querySelector(`[data-group-id="${id}"]`)?.focus();
+}
+
 function closeGroup() {
   open = null;
   showNotice('');
+  closeMembers();
+  if (chatEntry) { // the chat's history entry goes with it
+    chatEntry = false;
+    chatEntryDropping = true;
+    history.back();
+  }
+  setView('list');
   $('chat').hidden = true;
   $('chat-empty').hidden = false;
   $('messages').replaceChildren();
 }
 
+// The header of the open group, from GET /v1/groups/{g}.
+function showGroupInfo(o, info) {
+  o.ownerId = info.owner_id;
+  $('chat-title').textContent = info.name;
+  $('chat-sub').textContent = `#${info.group_id} · ${info.member_count} member${info.member_count === 1 ? '' : 's'} · owner ${info.owner_id}`;
+}
+
 async function openGroup(groupId) {
   const sess = session;
   const o = {
-    id: groupId, messages: new Map(), pending: new Map(), highest: 0, oldest: null,
+    id: groupId, ownerId: null, messages: new Map(), pending: new Map(), highest: 0, oldest: null,
     loaded: false, pulling: false, again: false,
   };
+  if (roster && roster.groupId !== groupId) closeMembers();
   open = o;
+  setView('chat');
   const g = groups.get(groupId);
   $('chat-title').textContent = g ? g.name : `Group #${groupId}`;
   $('chat-sub').textContent = '';
@@ -485,8 +588,7 @@ async function openGroup(groupId) {
   try {
     const info = await withRetry(() => api('GET', `/v1/groups/${groupId}`), sess);
     if (open !== o) return;
-    $('chat-title').textContent = info.name;
-    $('chat-sub').textContent = `#${info.group_id} · ${info.member_count} member${info.member_count === 1 ? '' : 's'} · owner ${info.owner_id}`;
+    showGroupInfo(o, info);
     const page = await withRetry(() => api('GET',
       `/v1/groups/${groupId}/messages?before_msg_id=${info.last_msg_id + 1}&limit=${HISTORY_PAGE}&with_receipts=true`), sess);
     if (open !== o) return;
@@ -573,18 +675,36 @@ function addMessages(o, list) {
     o.highest = Math.max(o.highest, m.msg_id);
     o.oldest = o.oldest === null ? m.msg_id : Math.min(o.oldest, m.msg_id);
   }
+  markRuns();
   if (stick || mine) scrollToBottom();
+}
+
+// A run: consecutive messages of one sender, each within RUN_GAP_MS of the one before. Only
+// its first message shows the sender and time (the others have class "cont"). Recomputed over
+// the whole list, since older pages and pending sends insert anywhere.
+function markRuns() {
+  let prev = null;
+  for (const li of $('messages').children) {
+    const cont = !!prev && prev.dataset.sender === li.dataset.sender &&
+      Math.abs(Number(li.dataset.at) - Number(prev.dataset.at)) <= RUN_GAP_MS;
+    li.classList.toggle('cont', cont);
+    prev = li;
+  }
 }
 
 function renderMessage(m) {
   const own = session && m.sender_id === session.user;
   const li = el('li', { className: 'msg' + (own ? ' own' : ''), testid: 'message' },
-    el('div', { className: 'meta' },
+    el('div', { className: 'meta', testid: 'message-meta' },
       el('span', { className: 'sender', testid: 'message-sender', text: own ? 'you' : m.sender_id }),
       el('time', { dateTime: m.created_at, title: m.created_at, text: formatTime(m.created_at) })),
-    el('div', { className: 'content', testid: 'message-content', text: m.content }));
+    el('div', {
+      className: 'content', testid: 'message-content', text: m.content,
+      title: `${own ? 'you' : m.sender_id}, ${formatTime(m.created_at)}`,
+    }));
   li.dataset.msgId = m.msg_id;
   li.dataset.sender = m.sender_id;
+  li.dataset.at = String(Date.parse(m.created_at) || 0);
   if (own) {
     const line = el('button', { type: 'button', className: 'receipt', testid: 'receipt', title: 'Who has read it?' });
     line.addEventListener('click', () => showWhoRead(m.group_id, m.msg_id));
@@ -659,10 +779,19 @@ function sendMessage(content) {
     el('div', { className: 'content', testid: 'message-content', text: content }),
     el('div', { className: 'receipt state', testid: 'send-state', text: 'sending…' }));
   node.dataset.pending = '1';
+  node.dataset.sender = session.user;
+  node.dataset.at = String(Date.now());
   o.pending.set(clientMsgId, node);
   $('messages').append(node);
+  markRuns();
   scrollToBottom();
-  deliver(o, session, clientMsgId, content, node);
+  // One send at a time per group: the server numbers messages in the order they arrive, and
+  // they must keep the order they were written in.
+  const sess = session;
+  const before = sess.sends.get(o.id) || Promise.resolve();
+  const done = before.then(() => deliver(o, sess, clientMsgId, content, node));
+  sess.sends.set(o.id, done);
+  done.then(() => { if (sess.sends.get(o.id) === done) sess.sends.delete(o.id); });
 }
 
 async function deliver(o, sess, clientMsgId, content, node) {
@@ -761,6 +890,145 @@ async function showWhoRead(groupId, msgId) {
   unreadList.replaceChildren(...(unread.length ? unread.map(item) : [none()]));
 }
 
+// ---------------------------------------------------------------- members
+
+// The members dialog of the open group. Everyone sees the list; the owner gets an add form
+// and a remove button per member, everyone else a way to leave. Refusals show the server's
+// message.
+function openMembers() {
+  const o = open;
+  if (!o) return;
+  const r = { groupId: o.id, ownerId: o.ownerId, members: [], nextCursor: null };
+  roster = r;
+  $('members-title').textContent = `Members of “${$('chat-title').textContent}”`;
+  $('members-list').replaceChildren();
+  $('add-members').reset();
+  $('add-members').hidden = true;
+  $('leave').hidden = true;
+  $('leave-confirm').hidden = true;
+  $('owner-stays').hidden = true;
+  $('members-more').hidden = true;
+  membersSaid('', '');
+  const dialog = $('members');
+  if (!dialog.open) dialog.showModal();
+  loadMembers(r);
+}
+
+function closeMembers() {
+  roster = null;
+  const dialog = $('members');
+  if (dialog.open) dialog.close();
+}
+
+// What the last change did (info) or why it was refused (error).
+function membersSaid(info, error) {
+  showError($('members-info'), info);
+  showError($('members-error'), error);
+}
+
+// (Re)reads the group (owner, count) and the first page of members; `more` reads the next page.
+async function loadMembers(r, more = false) {
+  if (roster !== r) return; // the dialog was closed meanwhile
+  const status = $('members-status');
+  status.textContent = 'Loading…';
+  try {
+    const info = more ? null : await api('GET', `/v1/groups/${r.groupId}`);
+    const q = more ? `&cursor=${encodeURIComponent(r.nextCursor)}` : '';
+    const page = await api('GET', `/v1/groups/${r.groupId}/members?limit=${MEMBER_PAGE}${q}`);
+    if (roster !== r) return;
+    if (info) {
+      r.ownerId = info.owner_id;
+      r.memberCount = info.member_count;
+      if (open && open.id === r.groupId) showGroupInfo(open, info);
+    }
+    r.members = more ? r.members.concat(page.members) : page.members;
+    r.nextCursor = page.has_more ? page.next_cursor : null;
+    renderMembers(r);
+  } catch (e) {
+    if (roster !== r || e.status === 401) return;
+    status.textContent = '';
+    membersSaid('', `Could not read the members: ${e.message}`);
+  }
+}
+
+function renderMembers(r) {
+  const me = session.user;
+  const iOwn = r.ownerId === me;
+  const count = r.memberCount ?? r.members.length;
+  $('members-status').textContent = `${count} member${count === 1 ? '' : 's'} · owner ${r.ownerId}`;
+  $('members-list').replaceChildren(...r.members.map((m) => {
+    const li = el('li', { testid: 'member' },
+      el('span', { className: 'member-id', testid: 'member-id', text: m.user_id }),
+      m.role === 'owner' ? el('span', { className: 'tag', text: 'owner' }) : null,
+      m.user_id === me ? el('span', { className: 'tag', text: 'you' }) : null);
+    li.dataset.userId = m.user_id;
+    if (iOwn && m.role !== 'owner') {
+      const remove = el('button', {
+        type: 'button', className: 'link small', testid: 'member-remove', text: 'remove',
+        title: `Remove ${m.user_id} from the group`,
+      });
+      remove.addEventListener('click', () => removeMember(r, m.user_id));
+      li.append(remove);
+    }
+    return li;
+  }));
+  $('members-more').hidden = !r.nextCursor;
+  $('add-members').hidden = !iOwn;
+  $('leave').hidden = iOwn;
+  $('owner-stays').hidden = !iOwn;
+}
+
+async function addMembers(r, text) {
+  const parsed = parseUserIds(text);
+  if (parsed.error) { membersSaid('', parsed.error); $('add-members-input').focus(); return; }
+  if (!parsed.ids.length) { membersSaid('', 'Enter the user ids to add, e.g. dave, erin.'); return; }
+  membersSaid('', '');
+  try {
+    const { added } = await api('POST', `/v1/groups/${r.groupId}/members`, { body: { user_ids: parsed.ids } });
+    if (roster !== r) return;
+    const already = parsed.ids.filter((id) => !added.includes(id));
+    const said = [];
+    if (added.length) said.push(`Added ${added.join(', ')}.`);
+    if (already.length) said.push(`${already.join(', ')} ${already.length === 1 ? 'was' : 'were'} already in the group.`);
+    membersSaid(said.join(' '), '');
+    $('add-members').reset();
+  } catch (e) {
+    if (roster === r && e.status !== 401) membersSaid('', `Could not add: ${e.message}`);
+    return;
+  }
+  await loadMembers(r);
+}
+
+async function removeMember(r, userId) {
+  membersSaid('', '');
+  try {
+    await api('DELETE', `/v1/groups/${r.groupId}/members/${encodeURIComponent(userId)}`);
+    if (roster === r) membersSaid(`Removed ${userId}.`, '');
+  } catch (e) {
+    if (roster !== r || e.status === 401) return;
+    membersSaid('', `Could not remove ${userId}: ${e.message}`);
+  }
+  await loadMembers(r); // after a refusal too: the list may be out of date
+}
+
+// I leave the group: it goes from my list at once (my /v1/sync reports it later as well).
+async function leaveGroup(r) {
+  const g = groups.get(r.groupId);
+  const name = g ? g.name : `Group #${r.groupId}`;
+  membersSaid('', '');
+  try {
+    await api('DELETE', `/v1/groups/${r.groupId}/members/${encodeURIComponent(session.user)}`);
+  } catch (e) {
+    if (roster === r && e.status !== 401) membersSaid('', `Could not leave: ${e.message}`);
+    return;
+  }
+  if (groups.delete(r.groupId)) setTotalUnread(totalUnread - (g.unread_count || 0));
+  if (open && open.id === r.groupId) closeGroup();
+  closeMembers();
+  renderGroups();
+  showNotice(`You left “${name}”.`);
+}
+
 // ---------------------------------------------------------------- wiring
 
 $('login-form').addEventListener('submit', (ev) => {
@@ -778,12 +1046,35 @@ $('login-form').addEventListener('submit', (ev) => {
 });
 
 $('logout').addEventListener('click', () => signOut(''));
+$('chat-notice-close').addEventListener('click', () => showNotice(''));
+$('chat-back').addEventListener('click', backToList);
+window.addEventListener('popstate', onPopState);
+
+$('members-open').addEventListener('click', openMembers);
+$('members').addEventListener('close', () => { roster = null; });
+$('members-more').addEventListener('click', () => { if (roster) loadMembers(roster, true); });
+$('add-members').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  if (roster) addMembers(roster, $('add-members-input').value);
+});
+$('leave-start').addEventListener('click', () => {
+  $('leave-question').textContent = `Leave “${$('chat-title').textContent}”? You will stop getting its messages.`;
+  $('leave-confirm').hidden = false;
+  $('leave-yes').focus();
+});
+$('leave-no').addEventListener('click', () => { $('leave-confirm').hidden = true; });
+$('leave-yes').addEventListener('click', () => { if (roster) leaveGroup(roster); });
 
 $('new-group').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const name = $('new-group-name').value.trim();
-  const members = $('new-group-members').value.split(/[\s,]+/).filter(Boolean);
-  if (name) createGroup(name, members);
+  const members = parseUserIds($('new-group-members').value);
+  if (members.error) {
+    showError($('new-group-error'), members.error);
+    $('new-group-members').focus();
+    return;
+  }
+  if (name) createGroup(name, members.ids);
 });
 
 $('composer').addEventListener('submit', (ev) => {
@@ -808,6 +1099,15 @@ $('composer-input').addEventListener('keydown', (ev) => {
 });
 
 $('load-older').addEventListener('click', loadOlder);
+
+// Phones have no Shift+Enter to speak of: the hint fits the screen.
+function fitComposerHint() {
+  $('composer-input').placeholder = NARROW.matches
+    ? 'Write a message'
+    : 'Write a message — Enter sends, Shift+Enter for a new line';
+}
+NARROW.addEventListener('change', fitComposerHint);
+fitComposerHint();
 
 document.addEventListener('visibilitychange', () => {
   if (document.visibilityState === 'visible') scheduleAck();

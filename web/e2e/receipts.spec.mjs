@@ -1,7 +1,10 @@
 // Browser end-to-end test of the reference web client: two users in browser contexts of their
 // own, a group created through the UI, a message, live read receipts and a live reply; then the
 // chat list: last-message previews, most recent activity first, the total unread badge (also
-// on bob's second device) and a group bob was removed from.
+// on bob's second device) and a group bob was removed from; then messages grouped by sender,
+// members (listed by all, added and removed by the owner, a member leaving), user ids checked
+// before sending, and the phone layout (carol on a 390x844 screen): list first, a chat
+// full-screen, back to the list.
 //
 // Needs a Chorus server in development mode at CHORUS_URL (see .ci/browser-test) and Debian's
 // Chromium at CHORUS_CHROMIUM (default /usr/bin/chromium). Run: node --test receipts.spec.mjs
@@ -25,6 +28,11 @@ const QUICK = 'One more thing for the crew';
 // Longer than a preview (120 characters); the emoji is one character but two UTF-16 units.
 const LONG = 'Agenda 🎉 ' + 'the plan for next week, item by item, with owners; '.repeat(4);
 const LONG_PREVIEW = Array.from(LONG).slice(0, 120).join('') + '…';
+const TRIP = 'Field trip';
+const RUN = ['Bus leaves at 8', 'Bring lunch', 'And a raincoat'];
+const BOB_RUN = ['Count me in', 'I will bring snacks'];
+const WELCOME = ['Welcome, Carol!', 'We meet at the gate'];
+const PHONE = { width: 390, height: 844 };
 
 // Retries `check` (which throws while it is not yet true) until it passes or `ms` ran out.
 async function eventually(check, ms = LIVE_MS) {
@@ -48,6 +56,33 @@ async function groupNames(page) {
   return page.getByTestId('groups').getByTestId('group-name').allTextContents();
 }
 
+// The open chat as runs of one sender: [[the header's sender, number of messages], …]. Only the
+// first message of a run may show its header (sender and time).
+async function runs(page) {
+  return page.evaluate(() => {
+    const out = [];
+    for (const li of document.querySelectorAll('#messages > li')) {
+      const meta = li.querySelector('.meta');
+      const shown = meta.checkVisibility();
+      if (shown && meta.querySelector('time') && !meta.querySelector('time').textContent) {
+        out.push(['(header without time)', 0]);
+      } else if (shown || !out.length) {
+        out.push([shown ? meta.querySelector('.sender').textContent : '(no header)', 0]);
+      }
+      out[out.length - 1][1]++;
+    }
+    return out;
+  });
+}
+
+async function memberIds(page) {
+  return page.getByTestId('members-list').getByTestId('member-id').allTextContents();
+}
+
+async function visible(page, testid) {
+  return page.getByTestId(testid).isVisible();
+}
+
 // What the header badge and the title say about unread messages ('' when none).
 async function totalUnread(page) {
   const { shown, title } = await page.evaluate(() => {
@@ -67,13 +102,23 @@ test('receipts, replies and the chat list show up live in the other browser', { 
   });
   t.after(() => browser.close());
   const problems = [];
+  const refusals = new Map(); // user -> console errors a step expects (a refused request)
+  const expectRefusal = (user, pattern) => refusals.set(user, [...(refusals.get(user) || []), pattern]);
 
-  async function signIn(user) {
-    const context = await browser.newContext({ viewport: { width: 1100, height: 680 } });
+  async function signIn(user, { phone = false } = {}) {
+    const context = await browser.newContext(phone
+      ? { viewport: PHONE, deviceScaleFactor: 2, isMobile: true, hasTouch: true }
+      : { viewport: { width: 1100, height: 680 } });
     const page = await context.newPage();
     page.setDefaultTimeout(10_000);
     page.on('pageerror', (e) => problems.push(`${user}: page error: ${e.message}`));
-    page.on('console', (m) => { if (m.type() === 'error') problems.push(`${user}: console: ${m.text()}`); });
+    page.on('console', (m) => {
+      if (m.type() !== 'error') return;
+      const expected = refusals.get(user) || [];
+      const i = expected.findIndex((re) => re.test(m.text()));
+      if (i >= 0) expected.splice(i, 1);
+      else problems.push(`${user}: console: ${m.text()}`);
+    });
     await page.goto(BASE);
     await page.getByTestId('login-user').fill(user);
     await page.getByTestId('login-submit').click();
@@ -230,8 +275,169 @@ test('receipts, replies and the chat list show up live in the other browser', { 
     }
   });
 
+  await t.test('a bad id in the members field is named and nothing is sent; then the group is created', async () => {
+    await alice.getByTestId('new-group-name').fill(TRIP);
+    await alice.getByTestId('new-group-members').fill('bob,  carol#1 x\u200b');
+    await alice.getByTestId('new-group-submit').click();
+    const error = alice.getByTestId('new-group-error');
+    await error.waitFor();
+    assert.equal(await error.textContent(), 'Not valid user ids: “carol#1” (“#” not allowed); “x\u200b” (U+200B not allowed). ' +
+      'A user id is 1-64 characters from A-Z a-z 0-9 . _ @ : -.');
+    assert.equal((await groupNames(alice)).includes(TRIP), false, 'no group was created');
+    await alice.getByTestId('new-group-members').fill('x'.repeat(65));
+    await alice.getByTestId('new-group-submit').click();
+    await error.filter({ hasText: '(65 characters, at most 64)' }).waitFor();
+    await alice.getByTestId('new-group-members').fill(' bob , ');
+    await alice.getByTestId('new-group-submit').click();
+    await alice.getByTestId('chat-title').filter({ hasText: TRIP }).waitFor();
+    assert.equal(await error.isVisible(), false);
+    await alice.getByTestId('chat-sub').filter({ hasText: '· 2 members ·' }).waitFor();
+  });
+
+  await t.test('consecutive messages of one sender show the sender and time once', async () => {
+    for (const text of RUN) {
+      await alice.getByTestId('composer-input').fill(text);
+      await alice.getByTestId('composer-input').press('Enter');
+    }
+    await eventually(async () => assert.deepEqual(await runs(alice), [['you', 3]]));
+    await groupEntry(bob, TRIP).click();
+    await bob.getByTestId('chat-title').filter({ hasText: TRIP }).waitFor();
+    await eventually(async () => assert.deepEqual(await runs(bob), [['alice', 3]]));
+    for (const text of BOB_RUN) {
+      await bob.getByTestId('composer-input').fill(text);
+      await bob.getByTestId('composer-input').press('Enter');
+    }
+    await eventually(async () => assert.deepEqual(await runs(bob), [['alice', 3], ['you', 2]]));
+    await eventually(async () => assert.deepEqual(await runs(alice), [['you', 3], ['bob', 2]]));
+    // Written quickly one after another, they still arrive in the order they were written.
+    assert.deepEqual(await alice.getByTestId('message-content').allTextContents(), [...RUN, ...BOB_RUN]);
+    // Each own message keeps its receipt line.
+    await eventually(async () => assert.deepEqual(
+      await alice.locator('[data-testid="message"][data-sender="alice"]').getByTestId('receipt').allTextContents(),
+      Array(3).fill('read by 1 · unread 0')));
+  });
+
+  let carol;
+  await t.test('members: bob (a member) sees them; alice (the owner) adds carol and dave, then removes dave', async () => {
+    carol = await signIn('carol', { phone: true });
+    assert.deepEqual(await groupNames(carol), []);
+
+    await bob.getByTestId('members-open').click();
+    await eventually(async () => assert.deepEqual(await memberIds(bob), ['alice', 'bob']));
+    assert.equal(await bob.getByTestId('member-remove').count(), 0, 'only the owner removes others');
+    assert.equal(await visible(bob, 'add-members-form'), false, 'only the owner adds');
+    assert.equal(await visible(bob, 'leave-group'), true);
+    await bob.getByTestId('members-close').click();
+    await bob.getByTestId('members').waitFor({ state: 'hidden' });
+
+    await alice.getByTestId('members-open').click();
+    await eventually(async () => assert.deepEqual(await memberIds(alice), ['alice', 'bob']));
+    assert.equal(await visible(alice, 'leave-group'), false, 'the owner cannot leave');
+    await alice.getByTestId('add-members-input').fill('carol dave,bad/id');
+    await alice.getByTestId('add-members-submit').click();
+    await alice.getByTestId('members-error')
+      .filter({ hasText: 'Not a valid user id: “bad/id” (“/” not allowed).' }).waitFor();
+    assert.deepEqual(await memberIds(alice), ['alice', 'bob'], 'nothing was sent');
+    await alice.getByTestId('add-members-input').fill('carol, dave bob');
+    await alice.getByTestId('add-members-submit').click();
+    await alice.getByTestId('members-info')
+      .filter({ hasText: 'Added carol, dave. bob was already in the group.' }).waitFor();
+    await eventually(async () => assert.deepEqual(await memberIds(alice), ['alice', 'bob', 'carol', 'dave']));
+    assert.equal(await visible(alice, 'members-error'), false);
+    assert.match(await alice.getByTestId('chat-sub').textContent(), /· 4 members ·/);
+    // carol, signed in on her phone, sees the group she was added to appear.
+    await eventually(async () => assert.deepEqual(await groupNames(carol), [TRIP]));
+
+    await alice.getByTestId('member').filter({ hasText: 'dave' }).getByTestId('member-remove').click();
+    await alice.getByTestId('members-info').filter({ hasText: 'Removed dave.' }).waitFor();
+    await eventually(async () => assert.deepEqual(await memberIds(alice), ['alice', 'bob', 'carol']));
+    assert.match(await alice.getByTestId('chat-sub').textContent(), /· 3 members ·/);
+    await alice.screenshot({ path: path.join(ARTIFACTS, 'browser-members.png') });
+    await alice.getByTestId('members-close').click();
+    for (const text of WELCOME) {
+      await alice.getByTestId('composer-input').fill(text);
+      await alice.getByTestId('composer-input').press('Enter');
+    }
+    await eventually(async () => assert.deepEqual(await runs(alice), [['you', 3], ['bob', 2], ['you', 2]]));
+  });
+
+  await t.test('on a phone: the list first, a group opens full-screen, back returns to the list', async () => {
+    assert.equal(await carol.getByTestId('me').textContent(), 'carol', 'who is signed in shows on a phone');
+    assert.equal(await visible(carol, 'logout'), true);
+    assert.equal(await visible(carol, 'groups'), true);
+    assert.equal(await visible(carol, 'new-group-form'), true);
+    assert.equal(await carol.locator('main.chat').isVisible(), false, 'no chat under the list');
+    assert.doesNotMatch(await carol.locator('body').innerText(), /on the left/i);
+    // The desktop layout keeps both columns and has no back button.
+    assert.equal(await visible(alice, 'groups'), true);
+    assert.equal(await visible(alice, 'chat'), true);
+    assert.equal(await visible(alice, 'chat-back'), false);
+
+    await groupEntry(carol, TRIP).click();
+    await carol.getByTestId('chat-title').filter({ hasText: TRIP }).waitFor();
+    assert.equal(await visible(carol, 'groups'), false, 'the chat covers the list');
+    assert.equal(await visible(carol, 'chat-back'), true);
+    assert.equal(await visible(carol, 'composer-input'), true);
+    assert.equal(await visible(carol, 'me'), true);
+    // carol joined after the earlier messages: she sees alice's welcome, as one run.
+    await eventually(async () => assert.deepEqual(await runs(carol), [['alice', 2]]));
+    await carol.getByTestId('composer-input').fill('On my way');
+    await carol.getByTestId('composer-send').click();
+    await carol.getByTestId('receipt').filter({ hasText: /read by \d · unread \d/ }).waitFor({ timeout: LIVE_MS });
+    assert.deepEqual(await runs(carol), [['alice', 2], ['you', 1]]);
+    await eventually(async () => assert.equal(await totalUnread(carol), '')); // read on the phone
+    const wide = await carol.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(wide <= PHONE.width, `the page is ${wide} px wide: it scrolls sideways`);
+    const shot = path.join(ARTIFACTS, 'browser-mobile.png');
+    await carol.screenshot({ path: shot });
+    console.log(`screenshot: ${shot}`);
+
+    await carol.getByTestId('chat-back').click();
+    await carol.getByTestId('groups').waitFor();
+    assert.equal(await visible(carol, 'chat'), false);
+    assert.equal(await carol.locator('main.chat').isVisible(), false);
+    // The phone's own back button does the same, without leaving the page.
+    await groupEntry(carol, TRIP).click();
+    await carol.getByTestId('chat-title').filter({ hasText: TRIP }).waitFor();
+    await carol.goBack();
+    await carol.getByTestId('groups').waitFor();
+    assert.equal(await visible(carol, 'chat'), false);
+    assert.equal(await carol.evaluate(() => window.__notReloaded), true, 'the page was reloaded');
+    await carol.screenshot({ path: path.join(ARTIFACTS, 'browser-mobile-list.png') });
+  });
+
+  await t.test('carol leaves: the group leaves her list; alice\'s stale remove is refused with the server\'s reason', async () => {
+    await alice.getByTestId('members-open').click();
+    await eventually(async () => assert.deepEqual(await memberIds(alice), ['alice', 'bob', 'carol']));
+
+    await groupEntry(carol, TRIP).click();
+    await carol.locator('[data-testid="chat"][data-state="ready"]').waitFor();
+    await carol.getByTestId('members-open').click();
+    await eventually(async () => assert.deepEqual(await memberIds(carol), ['alice', 'bob', 'carol']));
+    assert.equal(await carol.getByTestId('member-remove').count(), 0);
+    await carol.getByTestId('leave-group').click();
+    await carol.getByTestId('leave-confirm').click();
+    await carol.getByTestId('chat-notice').filter({ hasText: `You left “${TRIP}”.` }).waitFor();
+    assert.equal(await visible(carol, 'members'), false);
+    assert.equal(await carol.locator('aside.sidebar').isVisible(), true, 'back on the list');
+    assert.equal(await carol.getByText('No groups yet.').isVisible(), true);
+    assert.deepEqual(await groupNames(carol), []);
+
+    expectRefusal('alice', /status of 404/);
+    await alice.getByTestId('member').filter({ hasText: 'carol' }).getByTestId('member-remove').click();
+    await alice.getByTestId('members-error')
+      .filter({ hasText: 'Could not remove carol: carol is not a member of this group' }).waitFor();
+    await eventually(async () => assert.deepEqual(await memberIds(alice), ['alice', 'bob']));
+    assert.match(await alice.getByTestId('chat-sub').textContent(), /· 2 members ·/);
+    await alice.getByTestId('members-close').click();
+    // Her /v1/sync reported the group as removed by now; it must not come back.
+    await new Promise((r) => setTimeout(r, 500));
+    assert.deepEqual(await groupNames(carol), []);
+    assert.deepEqual(refusals.get('alice'), [], 'the refusal was seen');
+  });
+
   await t.test('user content was never parsed as HTML', async () => {
-    for (const page of [alice, bob, bobPhone]) {
+    for (const page of [alice, bob, bobPhone, carol]) {
       assert.equal(await page.evaluate(() => window.__xss), undefined);
       assert.equal(await page.locator('#messages img, #groups img, #groups b, #chat-title b').count(), 0);
     }
