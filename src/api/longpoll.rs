@@ -19,7 +19,8 @@ use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
 use crate::db::members::my_group_ids;
 use crate::db::AnyConnection;
 use crate::domain::parse_limit;
-use crate::notify::{Registration, WaitRefused, WakeKey};
+use crate::notify::{Registration, WaitRefused};
+use crate::wake::WakeEvent;
 
 pub const DEFAULT_TIMEOUT_S: i64 = 25;
 pub const MAX_TIMEOUT_S: i64 = 60;
@@ -189,46 +190,48 @@ pub struct Page<T> {
     pub has_more: bool,
 }
 
-/// Cuts rows fetched with `limit + 1` to a page (the extra row only says "more") and finds the
-/// cursor to continue from: inside the same window while rows remain, else at its end.
+/// Cuts rows of `window` fetched with `limit + 1` to a page (the extra row only says "more")
+/// and finds the position to continue from: inside the same window while rows remain, else at
+/// its end.
 pub fn paginate<R>(
     cursor: &FeedCursor,
-    (upto, upto_at): (Snapshot, i64),
+    window: Window,
     mut rows: Vec<R>,
     limit: i64,
     position: impl Fn(&R) -> MessageRef,
-) -> (Vec<R>, FeedCursor, bool) {
+) -> Page<R> {
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = match rows.last() {
         Some(last) if has_more => FeedCursor {
             window: Some(Window {
-                upto,
-                upto_at,
                 after: position(last),
+                ..window
             }),
             ..cursor.clone()
         },
-        _ => FeedCursor::at(cursor.feed, upto, upto_at),
+        _ => FeedCursor::at(cursor.feed, window.upto, window.upto_at),
     };
-    (rows, next, has_more)
+    Page {
+        items: rows,
+        next,
+        has_more,
+    }
 }
 
-/// Where the next read of `cursor` ends, and where it starts inside that window.
-pub fn window_of(
-    conn: &mut AnyConnection,
-    cursor: &FeedCursor,
-) -> diesel::QueryResult<(Snapshot, i64, MessageRef)> {
+/// The window the next read of `cursor` covers: the one it is paging through, or everything
+/// committed from its position until now.
+pub fn window_of(conn: &mut AnyConnection, cursor: &FeedCursor) -> diesel::QueryResult<Window> {
     match &cursor.window {
-        Some(w) => Ok((w.upto.clone(), w.upto_at, w.after)),
-        None => Ok((
-            current_snapshot(conn)?,
-            chrono::Utc::now().timestamp(),
-            MessageRef {
+        Some(w) => Ok(w.clone()),
+        None => Ok(Window {
+            upto: current_snapshot(conn)?,
+            upto_at: chrono::Utc::now().timestamp(),
+            after: MessageRef {
                 group_id: 0,
                 msg_id: 0,
             },
-        )),
+        }),
     }
 }
 
@@ -340,14 +343,22 @@ async fn register(state: &AppState, user: &AuthUser, feed: Feed) -> Result<Regis
         })
 }
 
-fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeKey> {
-    let by_group = groups.into_iter().map(|g| match feed {
-        Feed::Messages => WakeKey::Messages(g),
-        Feed::Receipts => WakeKey::Receipts(g),
-    });
-    by_group
-        .chain([WakeKey::Member(user_id.to_owned())])
-        .collect()
+/// What a poll of `feed` waits for: its feed's events in each of the user's groups, and
+/// changes to the user's own memberships (and, for `/v1/sync`, their reads elsewhere).
+fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeEvent> {
+    let user = user_id.to_owned();
+    let mut keys: Vec<WakeEvent> = groups
+        .into_iter()
+        .map(|g| match feed {
+            Feed::Messages => WakeEvent::MessageSent(g),
+            Feed::Receipts => WakeEvent::CursorMoved(g),
+        })
+        .collect();
+    keys.push(WakeEvent::MembershipChanged(user.clone()));
+    if feed == Feed::Messages {
+        keys.push(WakeEvent::ReadMoved(user));
+    }
+    keys
 }
 
 #[cfg(test)]

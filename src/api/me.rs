@@ -146,7 +146,7 @@ pub async fn remove_my_device(
         let device = device.clone();
         state
             .db
-            .write(move |conn| remove_device(conn, &user_id, device.as_str()))
+            .write(move |conn, _| remove_device(conn, &user_id, device.as_str()))
             .await?
     };
     if !removed {

@@ -7,11 +7,11 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
+use crate::db::access::Membership;
 use crate::db::devices::device_ack;
 use crate::db::messages::{self, SendOutcome};
 use crate::db::receipts::{count_receipts, member_cursors};
 use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
-use crate::wake::WakeEvent;
 
 #[derive(Deserialize)]
 pub struct SendMessageBody {
@@ -31,10 +31,9 @@ pub async fn send_message(
     let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
     let content = parse_content(&body.content)?;
     let sender = user.clone();
-    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| {
+        .write(move |conn, wakes| {
             messages::send(
                 conn,
                 group_id,
@@ -42,23 +41,16 @@ pub async fn send_message(
                 sender.device.as_ref(),
                 &client_msg_id,
                 &content,
-                &instance,
+                wakes,
             )
         })
-        .await?;
+        .await??;
     match outcome {
         SendOutcome::Created(row) => {
-            state.wake([WakeEvent::MessageSent(group_id)]);
             state.metrics.messages_sent.inc();
             Ok(HttpResponse::Created().json(MessageView::from(row)))
         }
         SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),
-        SendOutcome::NoGroup => Err(ApiError::NotFound(format!(
-            "group {group_id} does not exist"
-        ))),
-        SendOutcome::NotMember => Err(ApiError::Forbidden(format!(
-            "you are not a member of group {group_id}"
-        ))),
     }
 }
 
@@ -96,8 +88,11 @@ pub async fn list_messages(
     }
     let with_receipts = query.with_receipts.unwrap_or(false);
     let device = user.device.clone();
-    let (group, member, (mut rows, cursors, device_ack)) =
-        read_as_member(&state, group_id, &user, move |conn, _, member| {
+    let (Membership { group, member }, (mut rows, cursors, device_ack)) = read_as_member(
+        &state,
+        group_id,
+        &user,
+        move |conn, Membership { member, .. }| {
             // A member never sees messages from before they joined.
             let floor = member.joined_after_msg_id;
             let device_ack = match &device {
@@ -117,8 +112,9 @@ pub async fn list_messages(
                 None
             };
             Ok((rows, cursors, device_ack))
-        })
-        .await?;
+        },
+    )
+    .await?;
     let has_more = rows.len() as i64 > limit;
     if has_more {
         // Backwards pages drop the oldest extra row, forward pages the newest.

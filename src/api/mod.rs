@@ -24,12 +24,10 @@ use actix_web::web;
 use std::sync::Arc;
 
 use crate::auth::TokenKeys;
-use crate::db::members::{self, Access};
-use crate::db::models::{GroupRow, MemberRow};
+use crate::db::access::{member_of, Membership};
 use crate::db::{AnyConnection, Db};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
-use crate::wake::WakeEvent;
 use error::ApiError;
 use extract::AuthUser;
 use longpoll::CursorSigner;
@@ -48,21 +46,6 @@ pub struct AppState {
 pub struct LongPollSettings {
     /// Change-feed cursors older than this get 410; feed rows older than this are deleted.
     pub retention_secs: i64,
-}
-
-impl AppState {
-    /// This instance's id, named in the notifications it sends to other instances.
-    pub fn instance(&self) -> String {
-        self.notifier.instance_id().to_owned()
-    }
-
-    /// Wakes this process's long-polls waiting for these events (other instances hear of them
-    /// through the notification sent in the same transaction).
-    pub fn wake(&self, events: impl IntoIterator<Item = WakeEvent>) {
-        for event in events {
-            self.notifier.wake(&event);
-        }
-    }
 }
 
 /// Who may call a route; the authorization matrix test reads this.
@@ -141,54 +124,30 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
 }
 
-/// The group and the caller's membership, or the error a non-member gets: 404 for a group
-/// that does not exist, 403 for one they are not in.
-pub async fn member_of(
-    state: &AppState,
-    group_id: i64,
-    user: &AuthUser,
-) -> Result<(GroupRow, MemberRow), ApiError> {
-    read_as_member(state, group_id, user, |_, _, _| Ok(()))
-        .await
-        .map(|(group, member, ())| (group, member))
-}
-
 /// Checks membership and, for a member, runs `then` with the group and membership rows, all
 /// in one database call: a read endpoint costs one pooled connection and one trip to the
-/// blocking pool, not one for the check and another for the data.
+/// blocking pool, not one for the check and another for the data. A non-member gets 403, a
+/// group that does not exist 404.
 pub async fn read_as_member<T, F>(
     state: &AppState,
     group_id: i64,
     user: &AuthUser,
     then: F,
-) -> Result<(GroupRow, MemberRow, T), ApiError>
+) -> Result<(Membership, T), ApiError>
 where
-    F: FnOnce(&mut AnyConnection, &GroupRow, &MemberRow) -> diesel::QueryResult<T> + Send + 'static,
+    F: FnOnce(&mut AnyConnection, &Membership) -> diesel::QueryResult<T> + Send + 'static,
     T: Send + 'static,
 {
-    /// Why the check refused: decided inside the database call, answered outside it.
-    enum Refused {
-        NoGroup,
-        NotMember,
-    }
     let user_id = user.id().to_owned();
     let found = state
         .db
-        .read(
-            move |conn| match members::access(conn, group_id, &user_id)? {
-                Access::Member(group, member) => {
-                    let value = then(conn, &group, &member)?;
-                    Ok(Ok((group, member, value)))
-                }
-                Access::NoGroup => Ok(Err(Refused::NoGroup)),
-                Access::NotMember(_) => Ok(Err(Refused::NotMember)),
-            },
-        )
-        .await?;
-    found.map_err(|refused| match refused {
-        Refused::NoGroup => ApiError::NotFound(format!("group {group_id} does not exist")),
-        Refused::NotMember => {
-            ApiError::Forbidden(format!("you are not a member of group {group_id}"))
-        }
-    })
+        .read(move |conn| match member_of(conn, group_id, &user_id)? {
+            Ok(membership) => {
+                let value = then(conn, &membership)?;
+                Ok(Ok((membership, value)))
+            }
+            Err(refusal) => Ok(Err(refusal)),
+        })
+        .await??;
+    Ok(found)
 }

@@ -56,18 +56,22 @@ fn fetch_changed_groups(
     cursor: &FeedCursor,
     limit: i64,
 ) -> diesel::QueryResult<Page<SyncChanges>> {
-    let (upto, upto_at, after) = window_of(conn, cursor)?;
+    let window = window_of(conn, cursor)?;
     let device = device_column(caller.device.as_ref());
     let refs = changed_groups(
         conn,
         caller.id(),
         device,
         &cursor.seen,
-        &upto,
-        after.group_id,
+        &window.upto,
+        window.after.group_id,
         limit + 1,
     )?;
-    let (refs, next, has_more) = paginate(cursor, (upto, upto_at), refs, limit, |r| MessageRef {
+    let Page {
+        items: refs,
+        next,
+        has_more,
+    } = paginate(cursor, window, refs, limit, |r| MessageRef {
         group_id: r.group_id,
         msg_id: 0,
     });

@@ -2,8 +2,11 @@
 //!
 //! Everything below `db::` is plain diesel: no HTTP types. Handlers reach it only through
 //! [`Db::read`] and [`Db::write`], which run the closure on a blocking thread with a pooled
-//! connection, so an async worker never waits on the database.
+//! connection, so an async worker never waits on the database. A write records the wake-ups
+//! it causes; [`Db::write`] announces them and wakes the waiting long-polls after the commit,
+//! so no caller decides wake-ups a second time.
 
+pub mod access;
 pub mod announce;
 pub mod changes;
 pub mod chat_list;
@@ -14,14 +17,20 @@ pub mod member_events;
 pub mod members;
 pub mod messages;
 pub mod models;
+pub mod raw_sql;
 pub mod receipts;
 
 use std::time::Duration;
+
+use std::sync::Arc;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use crate::notify::Notifier;
+use crate::wake::Wakes;
 
 /// A connection to either engine. Queries written against it run on both.
 #[derive(diesel::MultiConnection)]
@@ -200,7 +209,13 @@ pub struct Db {
     engine: Engine,
     writer: Pool,
     reader: Pool,
+    /// Who hears of committed writes in this process; None for tools that serve no polls.
+    notifier: Option<Arc<Notifier>>,
 }
+
+/// The instance name a write without a notifier announces under (tools, seeding): every
+/// serving instance treats it as another instance's.
+const TOOL_INSTANCE: &str = "tool";
 
 impl Db {
     pub fn connect(settings: &DbSettings) -> Result<Db, DbError> {
@@ -217,6 +232,7 @@ impl Db {
                 engine,
                 writer: build(1)?,
                 reader: build(settings.pool_size.max(1))?,
+                notifier: None,
             },
             Engine::Postgres => {
                 let pool = build(settings.pool_size.max(2))?;
@@ -224,10 +240,19 @@ impl Db {
                     engine,
                     writer: pool.clone(),
                     reader: pool,
+                    notifier: None,
                 }
             }
         };
         Ok(db)
+    }
+
+    /// The same database, with the waiters of this process woken after each write.
+    pub fn waking(self, notifier: Arc<Notifier>) -> Db {
+        Db {
+            notifier: Some(notifier),
+            ..self
+        }
     }
 
     pub fn engine(&self) -> Engine {
@@ -243,17 +268,40 @@ impl Db {
         run_blocking(self.reader.clone(), f).await
     }
 
-    /// Runs `f` with the writer connection (SQLite) or a pooled one (PostgreSQL).
+    /// Runs `f` in one transaction on the writer connection (SQLite) or a pooled one
+    /// (PostgreSQL). The wake-ups `f` records are announced to other instances inside that
+    /// transaction and wake this process's waiters after it commits; a write that fails wakes
+    /// no one.
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where
-        F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
+        F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        run_blocking(self.writer.clone(), |conn| match conn {
-            AnyConnection::Sqlite(_) => write_immediately(conn, f),
-            AnyConnection::Postgresql(_) => f(conn),
+        let instance = self
+            .notifier
+            .as_ref()
+            .map_or(TOOL_INSTANCE.to_owned(), |n| n.instance_id().to_owned());
+        let (value, wakes) = run_blocking(self.writer.clone(), move |conn| {
+            let mut wakes = Wakes::default();
+            let value = match conn {
+                AnyConnection::Sqlite(_) => write_immediately(conn, |c| f(c, &mut wakes))?,
+                AnyConnection::Postgresql(_) => {
+                    conn.transaction::<_, diesel::result::Error, _>(|c| {
+                        let value = f(c, &mut wakes)?;
+                        announce::announce(c, &instance, &wakes)?;
+                        Ok(value)
+                    })?
+                }
+            };
+            Ok((value, wakes))
         })
-        .await
+        .await?;
+        if let Some(notifier) = &self.notifier {
+            for event in wakes.events() {
+                notifier.wake(event);
+            }
+        }
+        Ok(value)
     }
 
     /// Connections checked out and connections idle, summed over the pools.
