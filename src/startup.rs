@@ -70,7 +70,7 @@ impl Application {
         let state = web::Data::new(AppState {
             db,
             keys,
-            metrics: Metrics::new()?,
+            metrics: web::Data::new(Metrics::new()?),
             cursors,
             notifier,
             longpoll: LongPollSettings {
@@ -158,6 +158,7 @@ fn build_server(
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(state.metrics.clone())
             .app_data(extract::json_config())
             .app_data(extract::query_config())
             .app_data(extract::path_config())

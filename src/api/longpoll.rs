@@ -1,8 +1,13 @@
-//! Long-polling over the change feeds: opaque cursors, and the wait loop shared by
+//! Long-polling over the change feeds: feed positions, and the wait loop shared by
 //! `/v1/sync` and `/v1/receipts`.
 //!
-//! A cursor holds a snapshot (`seen`): every change visible in it was reported. A poll
-//! reports what committed since, and hands back a cursor at a newer snapshot. While a poll
+//! Words: a member's *cursors* are their delivered and read positions in a group (`db`); a
+//! *feed position* ([`FeedPosition`]) is where a long-poll has read a change feed up to, and
+//! travels to clients signed, as the opaque `cursor` query parameter; list endpoints page
+//! with *page tokens* (`next_cursor`).
+//!
+//! A feed position holds a snapshot (`seen`): every change visible in it was reported. A poll
+//! reports what committed since, and hands back a position at a newer snapshot. While a poll
 //! waits it holds only a [`Registration`](crate::notify::Registration) (no connection, no
 //! thread); a wake-up or the timeout makes it read again. Retrying with the same cursor after
 //! a lost response repeats changes but never skips one.
@@ -34,7 +39,7 @@ pub struct PollQuery {
 
 /// A position in a change feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedCursor {
+pub struct FeedPosition {
     pub feed: Feed,
     /// Unix seconds when `seen` was taken: the cursor's age, checked against retention.
     pub seen_at: i64,
@@ -106,9 +111,9 @@ impl CursorSigner {
     }
 }
 
-impl FeedCursor {
-    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedCursor {
-        FeedCursor {
+impl FeedPosition {
+    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedPosition {
+        FeedPosition {
             feed,
             seen_at,
             seen,
@@ -148,7 +153,7 @@ impl FeedCursor {
     }
 
     /// Reads a cursor this service issued for `feed`; None for anything else.
-    pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedCursor> {
+    pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedPosition> {
         let text = signer.open(raw)?;
         let parts: Vec<&str> = text.split('.').collect();
         let feed_tag = match feed {
@@ -174,7 +179,7 @@ impl FeedCursor {
             }),
             _ => return None,
         };
-        Some(FeedCursor {
+        Some(FeedPosition {
             feed,
             seen_at,
             seen,
@@ -186,7 +191,7 @@ impl FeedCursor {
 /// One read of a feed: the items, and the cursor to continue from.
 pub struct Page<T> {
     pub items: Vec<T>,
-    pub next: FeedCursor,
+    pub next: FeedPosition,
     pub has_more: bool,
 }
 
@@ -194,7 +199,7 @@ pub struct Page<T> {
 /// and finds the position to continue from: inside the same window while rows remain, else at
 /// its end.
 pub fn paginate<R>(
-    cursor: &FeedCursor,
+    cursor: &FeedPosition,
     window: Window,
     mut rows: Vec<R>,
     limit: i64,
@@ -203,14 +208,14 @@ pub fn paginate<R>(
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = match rows.last() {
-        Some(last) if has_more => FeedCursor {
+        Some(last) if has_more => FeedPosition {
             window: Some(Window {
                 after: position(last),
                 ..window
             }),
             ..cursor.clone()
         },
-        _ => FeedCursor::at(cursor.feed, window.upto, window.upto_at),
+        _ => FeedPosition::at(cursor.feed, window.upto, window.upto_at),
     };
     Page {
         items: rows,
@@ -221,7 +226,7 @@ pub fn paginate<R>(
 
 /// The window the next read of `cursor` covers: the one it is paging through, or everything
 /// committed from its position until now.
-pub fn window_of(conn: &mut AnyConnection, cursor: &FeedCursor) -> diesel::QueryResult<Window> {
+pub fn window_of(conn: &mut AnyConnection, cursor: &FeedPosition) -> diesel::QueryResult<Window> {
     match &cursor.window {
         Some(w) => Ok(w.clone()),
         None => Ok(Window {
@@ -245,7 +250,8 @@ pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     }
 }
 
-type Fetch<T> = fn(&mut AnyConnection, &AuthUser, &FeedCursor, i64) -> diesel::QueryResult<Page<T>>;
+type Fetch<T> =
+    fn(&mut AnyConnection, &AuthUser, &FeedPosition, i64) -> diesel::QueryResult<Page<T>>;
 
 /// Answers at once when there are changes (or no cursor was given); otherwise waits for a
 /// wake-up or the timeout. A timeout answers with no items and a fresh cursor.
@@ -260,21 +266,28 @@ pub async fn long_poll<T: Send + 'static>(
     let timeout = parse_timeout(query.timeout_s)?;
     let Some(raw) = query.cursor.as_deref() else {
         let seen = state.db.read(current_snapshot).await?;
-        let next = FeedCursor::at(feed, seen, chrono::Utc::now().timestamp());
+        let next = FeedPosition::at(feed, seen, chrono::Utc::now().timestamp());
         return Ok(Page {
             items: Vec::new(),
             next,
             has_more: false,
         });
     };
-    if FeedCursor::is_outdated(raw, &state.cursors) {
-        return Err(ApiError::CursorExpired(
-            "the cursor is from an older version of this server. Start again without a cursor \
-             and read current state from the per-group endpoints"
-                .into(),
-        ));
+    let cursor = open_cursor(state, raw, feed)?;
+    wait_for_changes(state, user, feed, cursor, limit, timeout, fetch).await
+}
+
+/// The feed position in a cursor a client sent: refused when this server did not issue it
+/// for `feed`, expired when it is older than the retention period or from an older format.
+fn open_cursor(state: &AppState, raw: &str, feed: Feed) -> Result<FeedPosition, ApiError> {
+    let start_again = "Start again without a cursor and read current state from the \
+                       per-group endpoints";
+    if FeedPosition::is_outdated(raw, &state.cursors) {
+        return Err(ApiError::CursorExpired(format!(
+            "the cursor is from an older version of this server. {start_again}"
+        )));
     }
-    let mut cursor = FeedCursor::decode(raw, feed, &state.cursors)
+    let cursor = FeedPosition::decode(raw, feed, &state.cursors)
         .filter(|c| c.seen.engine() == state.db.engine())
         .ok_or_else(|| {
             ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
@@ -282,13 +295,25 @@ pub async fn long_poll<T: Send + 'static>(
     let age = chrono::Utc::now()
         .timestamp()
         .saturating_sub(cursor.seen_at);
-    if age > state.longpoll.retention_secs {
+    let kept = state.longpoll.retention_secs;
+    if age > kept {
         return Err(ApiError::CursorExpired(format!(
-            "the cursor is {age} s old; changes are kept {} s. Start again without a cursor and \
-             read current state from the per-group endpoints",
-            state.longpoll.retention_secs
+            "the cursor is {age} s old; changes are kept {kept} s. {start_again}"
         )));
     }
+    Ok(cursor)
+}
+
+/// Reads the feed after `cursor`; while nothing is there, waits for a wake-up or the timeout.
+async fn wait_for_changes<T: Send + 'static>(
+    state: &AppState,
+    user: &AuthUser,
+    feed: Feed,
+    mut cursor: FeedPosition,
+    limit: i64,
+    timeout: Duration,
+    fetch: Fetch<T>,
+) -> Result<Page<T>, ApiError> {
     // Register before the first read: a change that commits after the read still wakes us.
     let mut registration = register(state, user, feed).await?;
     let deadline = tokio::time::Instant::now() + timeout;
@@ -373,13 +398,13 @@ mod tests {
             xmax: 9,
             xip: vec![6, 8],
         };
-        let mut cursor = FeedCursor::at(Feed::Receipts, seen.clone(), 1_700_000_000);
+        let mut cursor = FeedPosition::at(Feed::Receipts, seen.clone(), 1_700_000_000);
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor.clone())
         );
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Messages, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Messages, &signer),
             None
         );
         cursor.window = Some(Window {
@@ -395,14 +420,14 @@ mod tests {
             },
         });
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor)
         );
         assert_eq!(
-            FeedCursor::decode("not-a-cursor", Feed::Receipts, &signer),
+            FeedPosition::decode("not-a-cursor", Feed::Receipts, &signer),
             None
         );
-        assert_eq!(FeedCursor::decode("", Feed::Receipts, &signer), None);
+        assert_eq!(FeedPosition::decode("", Feed::Receipts, &signer), None);
     }
 
     #[test]
@@ -410,7 +435,7 @@ mod tests {
         let signer = CursorSigner::new(b"test secret");
         let other = CursorSigner::new(b"another secret");
         let now = chrono::Utc::now().timestamp();
-        let cursor = FeedCursor::at(
+        let cursor = FeedPosition::at(
             Feed::Messages,
             Snapshot::Postgres {
                 xmin: 3,
@@ -425,55 +450,50 @@ mod tests {
         let forged_body = b64.encode(format!("2.m.{now}.0:0:"));
 
         assert_eq!(
-            FeedCursor::decode(&issued, Feed::Messages, &signer),
+            FeedPosition::decode(&issued, Feed::Messages, &signer),
             Some(cursor)
         );
         assert_eq!(
-            FeedCursor::decode(&issued, Feed::Messages, &other),
+            FeedPosition::decode(&issued, Feed::Messages, &other),
             None,
             "another secret"
         );
         assert_eq!(
-            FeedCursor::decode(&format!("{forged_body}.{tag}"), Feed::Messages, &signer),
+            FeedPosition::decode(&format!("{forged_body}.{tag}"), Feed::Messages, &signer),
             None
         );
         assert_eq!(
-            FeedCursor::decode(body, Feed::Messages, &signer),
+            FeedPosition::decode(body, Feed::Messages, &signer),
             None,
             "no tag"
         );
-        let future = FeedCursor::at(
-            Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
-            i64::MAX,
-        );
-        assert_eq!(
-            FeedCursor::decode(&future.encode(&signer), Feed::Messages, &signer),
-            None
-        );
-        let ancient = FeedCursor::at(
-            Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
-            i64::MIN,
-        );
-        assert_eq!(
-            FeedCursor::decode(&ancient.encode(&signer), Feed::Messages, &signer),
-            None
-        );
+    }
+
+    #[test]
+    fn cursors_from_the_future_or_before_the_epoch_are_refused() {
+        let signer = CursorSigner::new(b"test secret");
+        for seen_at in [i64::MAX, i64::MIN] {
+            let cursor = FeedPosition::at(
+                Feed::Messages,
+                Snapshot::Postgres {
+                    xmin: 3,
+                    xmax: 3,
+                    xip: vec![],
+                },
+                seen_at,
+            );
+            assert_eq!(
+                FeedPosition::decode(&cursor.encode(&signer), Feed::Messages, &signer),
+                None,
+                "seen at {seen_at}"
+            );
+        }
     }
 
     #[test]
     fn cursors_of_the_previous_format_are_recognised_as_outdated() {
         let signer = CursorSigner::new(b"test secret");
-        let current = FeedCursor::at(
+        let current = FeedPosition::at(
             Feed::Messages,
             Snapshot::Postgres {
                 xmin: 3,
@@ -485,10 +505,13 @@ mod tests {
         .encode(&signer);
         let previous = signer.sign(&format!("1.m.{}.3:3:", chrono::Utc::now().timestamp()));
 
-        assert!(FeedCursor::is_outdated(&previous, &signer));
-        assert_eq!(FeedCursor::decode(&previous, Feed::Messages, &signer), None);
-        assert!(!FeedCursor::is_outdated(&current, &signer));
-        assert!(!FeedCursor::is_outdated("garbage", &signer));
+        assert!(FeedPosition::is_outdated(&previous, &signer));
+        assert_eq!(
+            FeedPosition::decode(&previous, Feed::Messages, &signer),
+            None
+        );
+        assert!(!FeedPosition::is_outdated(&current, &signer));
+        assert!(!FeedPosition::is_outdated("garbage", &signer));
     }
 
     #[test]

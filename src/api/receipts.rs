@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, window_of, FeedCursor, Page, PollQuery};
+use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
 use crate::db::access::Refusal;
@@ -13,7 +13,7 @@ use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
 use crate::db::AnyConnection;
-use crate::domain::{parse_limit, UserId};
+use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 
 #[derive(Deserialize)]
 pub struct ReceiptsQuery {
@@ -37,7 +37,7 @@ pub async fn get_message_receipts(
     };
     let (membership, (message, members)) =
         read_as_member(&state, group_id, &user, move |conn, _| {
-            let message = find_message(conn, group_id, msg_id)?;
+            let message = find_message(conn, GroupId(group_id), MsgId(msg_id))?;
             Ok((message, member_cursors(conn, group_id)?))
         })
         .await?;
@@ -93,7 +93,7 @@ pub async fn poll_receipts(
 fn fetch_receipt_changes(
     conn: &mut AnyConnection,
     caller: &AuthUser,
-    cursor: &FeedCursor,
+    cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
     let sender_id = caller.id();

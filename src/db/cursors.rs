@@ -9,7 +9,7 @@ use super::members::{advance_member, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
 use super::receipts::record_change;
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::wake::{WakeEvent, Wakes};
 
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +99,9 @@ fn ack_one(
     let Membership { group, member } = membership;
     let device_ack_before = match device {
         None => member.last_ack_msg_id,
-        Some(d) => device_ack(conn, group_id, user_id, d)?.unwrap_or(member.joined_after_msg_id),
+        Some(d) => {
+            device_ack(conn, GroupId(group_id), user_id, d)?.unwrap_or(member.joined_after_msg_id)
+        }
     };
     let mut state = CursorState {
         group_id,
@@ -114,7 +116,7 @@ fn ack_one(
         return Ok(Ok(state));
     }
     if let Some(d) = device {
-        state.last_ack_msg_id = advance_device(conn, group_id, user_id, d, ack_to)?;
+        state.last_ack_msg_id = advance_device(conn, GroupId(group_id), user_id, d, MsgId(ack_to))?;
         if read_to <= member.last_read_msg_id && ack_to <= member.delivered_msg_id {
             // A device catching up on what another device already had: receipts and the
             // user's read position stay as they are.
@@ -153,7 +155,7 @@ fn record_effects(
         // Receipts of messages after the old read cursor, up to the new delivered one, may
         // have changed: one row for the whole range, however many messages it covers.
         let (from, to) = (before.last_read_msg_id, after.delivered_msg_id);
-        record_change(conn, group_id, user_id, from, to)?;
+        record_change(conn, GroupId(group_id), user_id, MsgId(from), MsgId(to))?;
         wakes.record(WakeEvent::CursorMoved(group_id));
     }
     if state.read_moved {

@@ -12,7 +12,7 @@ use super::member_events::{record_member_events, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::receipts::record_change;
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
 use crate::schema::{group_members, groups};
 use crate::wake::{WakeEvent, Wakes};
@@ -125,10 +125,10 @@ pub fn remove_member(
             .first(conn)?;
         record_change(
             conn,
-            group_id,
+            GroupId(group_id),
             user_id,
-            member.joined_after_msg_id,
-            last_msg_id,
+            MsgId(member.joined_after_msg_id),
+            MsgId(last_msg_id),
         )?;
         record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
         Ok(())
@@ -231,12 +231,12 @@ const MEMBER_CURSORS: (
 /// skipped. Of the delivered cursors only the sending device's moves.
 pub fn advance_past_own_message(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
     device: Option<&DeviceId>,
-    msg_id: i64,
+    msg_id: MsgId,
 ) -> QueryResult<()> {
-    let previous = msg_id - 1;
+    let (previous, msg_id) = (msg_id.0 - 1, msg_id.0);
     let own_after = sql::<BigInt>(&format!(
         "CASE WHEN last_read_msg_id = {previous} THEN own_msgs_after_read \
          ELSE own_msgs_after_read + 1 END"
@@ -246,7 +246,7 @@ pub fn advance_past_own_message(
         group_members::last_read_msg_id.eq(move_if_at("last_read_msg_id", previous, msg_id)),
         group_members::delivered_msg_id.eq(move_if_at("delivered_msg_id", previous, msg_id)),
     );
-    let member = group_members::table.find((group_id, user_id));
+    let member = group_members::table.find((group_id.0, user_id));
     let updated = match device {
         None => diesel::update(member)
             .set((
@@ -256,7 +256,7 @@ pub fn advance_past_own_message(
             .execute(conn)?,
         Some(device) => {
             let updated = diesel::update(member).set(cursors).execute(conn)?;
-            devices::advance_device_past_own(conn, group_id, user_id, device, msg_id)?;
+            devices::advance_device_past_own(conn, group_id, user_id, device, MsgId(msg_id))?;
             updated
         }
     };
@@ -273,10 +273,11 @@ pub fn advance_past_own_message(
 /// other devices hear of it as of any read.
 pub fn read_past_expired(
     conn: &mut AnyConnection,
-    group_id: i64,
-    through_msg_id: i64,
+    group_id: GroupId,
+    through: MsgId,
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
+    let (group_id, through_msg_id) = (group_id.0, through.0);
     let own_after = sql::<BigInt>(&format!(
         "own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \

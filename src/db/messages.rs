@@ -8,7 +8,7 @@ use super::groups::allocate_msg_id;
 use super::members::{advance_past_own_message, read_past_expired};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::group_msgs;
 use crate::wake::{WakeEvent, Wakes};
 
@@ -49,7 +49,7 @@ pub fn send(
         diesel::insert_into(group_msgs::table)
             .values(&message)
             .execute(conn)?;
-        advance_past_own_message(conn, group_id, sender_id, device, msg_id)?;
+        advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id))?;
         Ok(MessageRow {
             group_id,
             msg_id,
@@ -92,8 +92,8 @@ pub fn find_by_client_msg_id(
 
 pub fn find_message(
     conn: &mut AnyConnection,
-    group_id: i64,
-    msg_id: i64,
+    group_id: GroupId,
+    msg_id: MsgId,
 ) -> QueryResult<Option<MessageRow>> {
     group_msgs::table
         .filter(group_msgs::group_id.eq(group_id))
@@ -142,7 +142,7 @@ pub fn delete_messages_before(
     let ids: Vec<i64> = expired.iter().map(|(id, ..)| *id).collect();
     conn.transaction(|conn| {
         for (group_id, msg_id) in through {
-            read_past_expired(conn, group_id, msg_id, wakes)?;
+            read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
         }
         diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
     })
@@ -151,8 +151,8 @@ pub fn delete_messages_before(
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.
 pub fn page_after(
     conn: &mut AnyConnection,
-    group_id: i64,
-    after_msg_id: i64,
+    group_id: GroupId,
+    after_msg_id: MsgId,
     limit: i64,
 ) -> QueryResult<Vec<MessageRow>> {
     group_msgs::table
@@ -168,9 +168,9 @@ pub fn page_after(
 /// ones first in the query, returned ascending.
 pub fn page_before(
     conn: &mut AnyConnection,
-    group_id: i64,
-    before_msg_id: i64,
-    floor_msg_id: i64,
+    group_id: GroupId,
+    before_msg_id: MsgId,
+    floor_msg_id: MsgId,
     limit: i64,
 ) -> QueryResult<Vec<MessageRow>> {
     let mut rows: Vec<MessageRow> = group_msgs::table
