@@ -32,6 +32,8 @@ use chorus::db::{self, AnyConnection, DbSettings};
 use chorus::domain::UserId;
 use chorus::schema::{group_members, group_msgs, groups};
 use chorus::startup::{Application, Stopper};
+// Seeding writes straight through the db layer, outside any server: it wakes no one.
+use chorus::wake::Wakes;
 use diesel::prelude::*;
 use futures::future::join_all;
 use rand::{Rng, SeedableRng};
@@ -40,9 +42,6 @@ use serde_json::{json, Value};
 const PG_URL_VAR: &str = "CHORUS_BENCH_DATABASE_URL";
 const PG_DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const SECRET: &str = "bench-secret-bench-secret-bench-secret-0123";
-/// The instance name seeding writes under; on PostgreSQL the server hears its NOTIFYs as
-/// coming from another instance, which is harmless: nobody long-polls during the bench.
-const SEED_INSTANCE: &str = "bench-seed";
 
 /// Every load loop stops at its count or at this wall-clock limit, whichever comes first.
 const TIME_LIMIT: Duration = Duration::from_secs(20);
@@ -520,8 +519,9 @@ where
 /// Creates a group owned by `users[0]` with the others as members; returns its id.
 fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64 {
     let (owner, others) = users.split_first().expect("a group needs an owner");
-    let (group, _) = chorus::db::groups::create_group(conn, owner, name, others, SEED_INSTANCE)
-        .expect("seed group through the db layer");
+    let (group, _) =
+        chorus::db::groups::create_group(conn, owner, name, others, &mut Wakes::default())
+            .expect("seed group through the db layer");
     group.group_id
 }
 
@@ -545,10 +545,10 @@ fn seed_messages(conn: &mut AnyConnection, group_id: i64, sender: &str, count: u
                     None,
                     &client_msg_id,
                     CONTENT,
-                    SEED_INSTANCE,
+                    &mut Wakes::default(),
                 )?;
                 assert!(
-                    matches!(outcome, SendOutcome::Created(_)),
+                    matches!(outcome, Ok(SendOutcome::Created(_))),
                     "seeding message {i} in group {group_id} did not create it"
                 );
             }

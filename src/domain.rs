@@ -16,6 +16,41 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
 /// Characters of a group's last message shown in the chat list.
 pub const PREVIEW_CHARS: usize = 120;
 
+/// A group's id. Ids of groups and messages are distinct types where a function takes both,
+/// so the two cannot be swapped; they bind to SQL as the BIGINT they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, diesel::AsExpression)]
+#[diesel(sql_type = diesel::sql_types::BigInt)]
+pub struct GroupId(pub i64);
+
+/// A message's id within its group (`0`: before the first message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, diesel::AsExpression)]
+#[diesel(sql_type = diesel::sql_types::BigInt)]
+pub struct MsgId(pub i64);
+
+macro_rules! bind_as_bigint {
+    ($($id:ty),*) => { $(
+        impl<DB> diesel::serialize::ToSql<diesel::sql_types::BigInt, DB> for $id
+        where
+            DB: diesel::backend::Backend,
+            i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+        {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, DB>,
+            ) -> diesel::serialize::Result {
+                self.0.to_sql(out)
+            }
+        }
+
+        impl fmt::Display for $id {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    )* };
+}
+bind_as_bigint!(GroupId, MsgId);
+
 /// A field failed validation; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError(pub String);

@@ -110,9 +110,7 @@ pub async fn observe(
     let method = req.method().to_string();
     let span =
         tracing::info_span!("request", id = %request_id, method = %method, path = %req.path());
-    let metrics = req
-        .app_data::<actix_web::web::Data<crate::api::AppState>>()
-        .cloned();
+    let metrics = req.app_data::<actix_web::web::Data<Metrics>>().cloned();
     let mut response = next.call(req).instrument(span.clone()).await?;
     let route = response
         .request()
@@ -120,14 +118,12 @@ pub async fn observe(
         .unwrap_or_else(|| "unmatched".into());
     let status = response.status().as_u16();
     let elapsed = started.elapsed();
-    if let Some(state) = metrics {
-        state
-            .metrics
+    if let Some(metrics) = metrics {
+        metrics
             .requests
             .with_label_values(&[&route, &method, &status.to_string()])
             .inc();
-        state
-            .metrics
+        metrics
             .latency
             .with_label_values(&[&route, &method])
             .observe(elapsed.as_secs_f64());

@@ -13,24 +13,6 @@ use tokio::sync::{watch, Notify};
 
 use crate::wake::{WakeEvent, CHANNEL};
 
-/// What a long-poll waits on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum WakeKey {
-    Messages(i64),
-    Receipts(i64),
-    Member(String),
-}
-
-impl WakeEvent {
-    fn key(&self) -> WakeKey {
-        match self {
-            WakeEvent::MessageSent(g) => WakeKey::Messages(*g),
-            WakeEvent::CursorMoved(g) => WakeKey::Receipts(*g),
-            WakeEvent::MembershipChanged(u) | WakeEvent::ReadMoved(u) => WakeKey::Member(u.clone()),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 pub struct WaiterLimits {
     pub per_user: usize,
@@ -51,7 +33,7 @@ struct Waiter {
     notify: Arc<Notify>,
     /// Set when the user joined or left a group: the keys this waiter registered are out of date.
     joined: Arc<AtomicBool>,
-    keys: Vec<WakeKey>,
+    keys: Vec<WakeEvent>,
     user: String,
 }
 
@@ -59,7 +41,7 @@ struct Waiter {
 struct Registry {
     next_id: u64,
     waiters: HashMap<u64, Waiter>,
-    by_key: HashMap<WakeKey, HashSet<u64>>,
+    by_key: HashMap<WakeEvent, HashSet<u64>>,
     per_user: HashMap<String, usize>,
 }
 
@@ -127,7 +109,7 @@ impl Notifier {
     pub fn register(
         self: &Arc<Self>,
         user: &str,
-        keys: Vec<WakeKey>,
+        keys: Vec<WakeEvent>,
     ) -> Result<Registration, WaitRefused> {
         if *self.shutdown.borrow() {
             return Err(WaitRefused::ShuttingDown);
@@ -190,7 +172,7 @@ impl Notifier {
     pub fn wake(&self, event: &WakeEvent) {
         let registry = self.lock();
         let joined = matches!(event, WakeEvent::MembershipChanged(_));
-        if let Some(ids) = registry.by_key.get(&event.key()) {
+        if let Some(ids) = registry.by_key.get(event) {
             for id in ids {
                 if let Some(waiter) = registry.waiters.get(id) {
                     if joined {
@@ -302,7 +284,9 @@ mod tests {
     #[tokio::test]
     async fn wake_before_wait_is_not_lost() {
         let n = notifier(4, 10);
-        let reg = n.register("alice", vec![WakeKey::Messages(1)]).unwrap();
+        let reg = n
+            .register("alice", vec![WakeEvent::MessageSent(1)])
+            .unwrap();
 
         n.wake(&WakeEvent::MessageSent(1));
 
@@ -314,7 +298,7 @@ mod tests {
     #[tokio::test]
     async fn wake_reaches_only_matching_keys() {
         let n = notifier(4, 10);
-        let other = n.register("bob", vec![WakeKey::Messages(2)]).unwrap();
+        let other = n.register("bob", vec![WakeEvent::MessageSent(2)]).unwrap();
 
         n.wake(&WakeEvent::MessageSent(1));
         n.wake(&WakeEvent::CursorMoved(2));
@@ -344,7 +328,7 @@ mod tests {
     #[test]
     fn own_notifications_are_skipped_and_others_wake() {
         let n = notifier(4, 10);
-        let reg = n.register("a", vec![WakeKey::Receipts(5)]).unwrap();
+        let reg = n.register("a", vec![WakeEvent::CursorMoved(5)]).unwrap();
         n.handle_remote(&WakeEvent::CursorMoved(5).encode(n.instance_id()));
         assert_eq!(Arc::strong_count(&reg.notify), 2);
         let woken = futures_ready(&reg);

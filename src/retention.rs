@@ -6,13 +6,14 @@
 
 use std::time::Duration;
 
-use chrono::{NaiveDateTime, Utc};
+use chrono::Utc;
 
 use crate::db::devices::forget_devices_before;
 use crate::db::member_events::delete_member_events_before;
 use crate::db::messages::delete_messages_before;
 use crate::db::receipts::delete_changes_before;
 use crate::db::{AnyConnection, Db, DbError};
+use crate::wake::Wakes;
 
 const BATCH: i64 = 1000;
 /// Longest a writing transaction may be in flight. Receipt changes are kept this much longer
@@ -45,28 +46,39 @@ pub async fn sweep(db: &Db, policy: RetentionPolicy) -> Result<Swept, DbError> {
     let changes_cutoff = now - chrono::Duration::seconds(policy.receipt_changes_secs + grace);
     let devices_cutoff = now - chrono::Duration::seconds(policy.devices_secs);
     let mut swept = Swept {
-        receipt_changes: delete_in_batches(db, changes_cutoff, delete_changes_before).await?,
-        member_events: delete_in_batches(db, changes_cutoff, delete_member_events_before).await?,
-        devices: delete_in_batches(db, devices_cutoff, forget_devices_before).await?,
+        receipt_changes: delete_in_batches(db, move |conn, _| {
+            delete_changes_before(conn, changes_cutoff, BATCH)
+        })
+        .await?,
+        member_events: delete_in_batches(db, move |conn, _| {
+            delete_member_events_before(conn, changes_cutoff, BATCH)
+        })
+        .await?,
+        devices: delete_in_batches(db, move |conn, _| {
+            forget_devices_before(conn, devices_cutoff, BATCH)
+        })
+        .await?,
         messages: 0,
     };
     if let Some(secs) = policy.messages_secs {
         let cutoff = now - chrono::Duration::seconds(secs);
-        swept.messages = delete_in_batches(db, cutoff, delete_messages_before).await?;
+        swept.messages = delete_in_batches(db, move |conn, wakes| {
+            delete_messages_before(conn, cutoff, BATCH, wakes)
+        })
+        .await?;
     }
     Ok(swept)
 }
 
-type DeleteBatch = fn(&mut AnyConnection, NaiveDateTime, i64) -> diesel::QueryResult<usize>;
-
-async fn delete_in_batches(
-    db: &Db,
-    cutoff: NaiveDateTime,
-    delete: DeleteBatch,
-) -> Result<usize, DbError> {
+/// Runs `delete` (which deletes up to [`BATCH`] rows and says how many) until a batch comes
+/// back short; returns the total.
+async fn delete_in_batches<F>(db: &Db, delete: F) -> Result<usize, DbError>
+where
+    F: Fn(&mut AnyConnection, &mut Wakes) -> diesel::QueryResult<usize> + Clone + Send + 'static,
+{
     let mut total = 0;
     loop {
-        let deleted = db.write(move |conn| delete(conn, cutoff, BATCH)).await?;
+        let deleted = db.write(delete.clone()).await?;
         total += deleted;
         if (deleted as i64) < BATCH {
             return Ok(total);

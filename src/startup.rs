@@ -34,7 +34,11 @@ impl Application {
         if applied > 0 {
             tracing::info!(applied, "migrations applied");
         }
-        let db = Db::connect(&db_settings)?;
+        let notifier = Notifier::new(WaiterLimits {
+            per_user: settings.longpoll_max_per_user,
+            total: settings.longpoll_max_total,
+        });
+        let db = Db::connect(&db_settings)?.waking(notifier.clone());
         let (secret, development) =
             auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
         let keys = TokenKeys::new(&secret, development)?;
@@ -47,10 +51,6 @@ impl Application {
         }
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
-        let notifier = Notifier::new(WaiterLimits {
-            per_user: settings.longpoll_max_per_user,
-            total: settings.longpoll_max_total,
-        });
         if db.engine() == Engine::Postgres {
             tokio::spawn(notify::run_pg_listener(
                 db_settings.url.clone(),
@@ -70,7 +70,7 @@ impl Application {
         let state = web::Data::new(AppState {
             db,
             keys,
-            metrics: Metrics::new()?,
+            metrics: web::Data::new(Metrics::new()?),
             cursors,
             notifier,
             longpoll: LongPollSettings {
@@ -158,6 +158,7 @@ fn build_server(
     let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
+            .app_data(state.metrics.clone())
             .app_data(extract::json_config())
             .app_data(extract::query_config())
             .app_data(extract::path_config())

@@ -1,8 +1,11 @@
-//! Wake-ups: the events that end long-polls, and their wire form between instances.
+//! Wake-ups: the events that end long-polls, what a write records of them, and their wire
+//! form between instances.
 //!
 //! An event names only where to look again (a group, a user), never the data itself: a woken
 //! poller re-reads the database, so a duplicated or spurious wake-up costs one query and a
-//! lost one costs at most one poll timeout.
+//! lost one costs at most one poll timeout. A waiting long-poll registers for the events it
+//! cares about, and a write records the events it causes in [`Wakes`]; the database layer
+//! announces them to other instances and wakes this process's waiters once it commits.
 
 /// Something changed that long-polls may be waiting for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -15,6 +18,27 @@ pub enum WakeEvent {
     MembershipChanged(String),
     /// The user's read cursor moved in some group: their other devices' `/v1/sync` pollers.
     ReadMoved(String),
+}
+
+/// The wake-ups one write causes, recorded as it runs (see `Db::write`).
+#[derive(Debug, Default)]
+pub struct Wakes(Vec<WakeEvent>);
+
+impl Wakes {
+    /// Duplicates are harmless: PostgreSQL folds identical notifications of one transaction,
+    /// and a second local wake-up of a waiter that is already awake does nothing.
+    pub fn record(&mut self, event: WakeEvent) {
+        self.0.push(event);
+    }
+
+    /// Takes over what another recorder recorded (a part of the write that succeeded).
+    pub fn extend(&mut self, other: Wakes) {
+        self.0.extend(other.0);
+    }
+
+    pub fn events(&self) -> &[WakeEvent] {
+        &self.0
+    }
 }
 
 /// The PostgreSQL NOTIFY channel all instances listen on.

@@ -7,9 +7,9 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
-use crate::db::cursors::{self, AckRejection, AckRequest, CursorState};
+use crate::db::access::Refusal;
+use crate::db::cursors::{self, AckRequest, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
-use crate::wake::WakeEvent;
 
 #[derive(Deserialize)]
 pub struct AckBody {
@@ -96,57 +96,18 @@ async fn apply(
     batch: bool,
 ) -> Result<Vec<CursorState>, ApiError> {
     let caller = user.clone();
-    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| {
-            cursors::ack(
-                conn,
-                caller.id(),
-                caller.device.as_ref(),
-                &requests,
-                &instance,
-            )
+        .write(move |conn, wakes| {
+            cursors::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
         })
         .await?;
-    let states = outcome.map_err(|rejection| rejection_error(rejection, batch))?;
+    let states = outcome.map_err(|refusal| match refusal {
+        // One group's ack: its refusal needs no position.
+        Refusal::InBatch { refusal, .. } if !batch => ApiError::from(*refusal),
+        refusal => ApiError::from(refusal),
+    })?;
     let moved = states.iter().filter(|s| s.receipts_changed).count();
     state.metrics.acks.inc_by(moved as u64);
-    let read_moved = states.iter().any(|s| s.read_moved);
-    state.wake(
-        states
-            .iter()
-            .filter(|s| s.receipts_changed)
-            .map(|s| WakeEvent::CursorMoved(s.group_id))
-            .chain(read_moved.then(|| WakeEvent::ReadMoved(user.id().to_owned()))),
-    );
     Ok(states)
-}
-
-fn rejection_error(rejection: AckRejection, batch: bool) -> ApiError {
-    let at = |index: usize| {
-        if batch {
-            format!("acks[{index}]: ")
-        } else {
-            String::new()
-        }
-    };
-    match rejection {
-        AckRejection::NoGroup { index, group_id } => {
-            ApiError::NotFound(format!("{}group {group_id} does not exist", at(index)))
-        }
-        AckRejection::NotMember { index, group_id } => ApiError::Forbidden(format!(
-            "{}you are not a member of group {group_id}",
-            at(index)
-        )),
-        AckRejection::BeyondLastMessage {
-            index,
-            group_id,
-            requested,
-            last_msg_id,
-        } => ApiError::AckBeyondLastMessage(format!(
-            "{}cannot ack {requested} in group {group_id}: its last message is {last_msg_id}",
-            at(index)
-        )),
-    }
 }

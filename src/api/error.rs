@@ -8,6 +8,7 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+use crate::db::access::Refusal;
 use crate::db::DbError;
 use crate::domain::ValidationError;
 
@@ -144,6 +145,73 @@ impl From<DbError> for ApiError {
             ApiError::Unavailable("the database is unavailable; retry shortly".into())
         } else {
             ApiError::Internal(e.into())
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NoGroup { group_id } => {
+                ApiError::NotFound(format!("group {group_id} does not exist"))
+            }
+            Refusal::NotMember { group_id } => {
+                ApiError::Forbidden(format!("you are not a member of group {group_id}"))
+            }
+            Refusal::OwnerOnly(what) => {
+                ApiError::Forbidden(format!("only the group owner may {what}"))
+            }
+            Refusal::OwnerCannotLeave => {
+                ApiError::Conflict("the owner cannot leave their group".into())
+            }
+            Refusal::NoSuchMember { user_id } => {
+                ApiError::NotFound(format!("{user_id} is not a member of this group"))
+            }
+            Refusal::TooManyMembers { current, max } => ApiError::Conflict(format!(
+                "a group holds at most {max} members; it has {current}"
+            )),
+            Refusal::NoMessage { group_id, msg_id } => ApiError::NotFound(format!(
+                "message {msg_id} does not exist in group {group_id}"
+            )),
+            Refusal::ReceiptsOfOthers => ApiError::Forbidden(
+                "only the message's sender and the group owner see its receipts".into(),
+            ),
+            Refusal::AckBeyondLastMessage {
+                group_id,
+                requested,
+                last_msg_id,
+            } => ApiError::AckBeyondLastMessage(format!(
+                "cannot ack {requested} in group {group_id}: its last message is {last_msg_id}"
+            )),
+            Refusal::InBatch { index, refusal } => {
+                ApiError::from(*refusal).map_message(|m| format!("acks[{index}]: {m}"))
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// The same error with its message rewritten (say, to add where in a request it happened).
+    fn map_message(self, f: impl FnOnce(String) -> String) -> ApiError {
+        use ApiError::*;
+        match self {
+            InvalidJson(m) => InvalidJson(f(m)),
+            InvalidQuery(m) => InvalidQuery(f(m)),
+            InvalidPath(m) => InvalidPath(f(m)),
+            Validation(m) => Validation(f(m)),
+            Unauthorized(m) => Unauthorized(f(m)),
+            DeviceSignedOut(m) => DeviceSignedOut(f(m)),
+            Forbidden(m) => Forbidden(f(m)),
+            NotFound(m) => NotFound(f(m)),
+            MethodNotAllowed(m) => MethodNotAllowed(f(m)),
+            Conflict(m) => Conflict(f(m)),
+            PayloadTooLarge(m) => PayloadTooLarge(f(m)),
+            UnsupportedMediaType(m) => UnsupportedMediaType(f(m)),
+            AckBeyondLastMessage(m) => AckBeyondLastMessage(f(m)),
+            CursorExpired(m) => CursorExpired(f(m)),
+            TooManyWaiters(m) => TooManyWaiters(f(m)),
+            Unavailable(m) => Unavailable(f(m)),
+            Internal(cause) => Internal(cause),
         }
     }
 }

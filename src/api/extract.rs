@@ -69,7 +69,7 @@ async fn check_device_standing(state: &AppState, identity: &Identity) -> Result<
         let device = device.clone();
         standing = state
             .db
-            .write(move |conn| touch_device(conn, &device, &user_id, issued_at))
+            .write(move |conn, _| touch_device(conn, &device, &user_id, issued_at))
             .await?;
     }
     match standing {

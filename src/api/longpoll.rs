@@ -1,8 +1,13 @@
-//! Long-polling over the change feeds: opaque cursors, and the wait loop shared by
+//! Long-polling over the change feeds: feed positions, and the wait loop shared by
 //! `/v1/sync` and `/v1/receipts`.
 //!
-//! A cursor holds a snapshot (`seen`): every change visible in it was reported. A poll
-//! reports what committed since, and hands back a cursor at a newer snapshot. While a poll
+//! Words: a member's *cursors* are their delivered and read positions in a group (`db`); a
+//! *feed position* ([`FeedPosition`]) is where a long-poll has read a change feed up to, and
+//! travels to clients signed, as the opaque `cursor` query parameter; list endpoints page
+//! with *page tokens* (`next_cursor`).
+//!
+//! A feed position holds a snapshot (`seen`): every change visible in it was reported. A poll
+//! reports what committed since, and hands back a position at a newer snapshot. While a poll
 //! waits it holds only a [`Registration`](crate::notify::Registration) (no connection, no
 //! thread); a wake-up or the timeout makes it read again. Retrying with the same cursor after
 //! a lost response repeats changes but never skips one.
@@ -19,7 +24,8 @@ use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
 use crate::db::members::my_group_ids;
 use crate::db::AnyConnection;
 use crate::domain::parse_limit;
-use crate::notify::{Registration, WaitRefused, WakeKey};
+use crate::notify::{Registration, WaitRefused};
+use crate::wake::WakeEvent;
 
 pub const DEFAULT_TIMEOUT_S: i64 = 25;
 pub const MAX_TIMEOUT_S: i64 = 60;
@@ -33,7 +39,7 @@ pub struct PollQuery {
 
 /// A position in a change feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedCursor {
+pub struct FeedPosition {
     pub feed: Feed,
     /// Unix seconds when `seen` was taken: the cursor's age, checked against retention.
     pub seen_at: i64,
@@ -105,9 +111,9 @@ impl CursorSigner {
     }
 }
 
-impl FeedCursor {
-    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedCursor {
-        FeedCursor {
+impl FeedPosition {
+    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedPosition {
+        FeedPosition {
             feed,
             seen_at,
             seen,
@@ -147,7 +153,7 @@ impl FeedCursor {
     }
 
     /// Reads a cursor this service issued for `feed`; None for anything else.
-    pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedCursor> {
+    pub fn decode(raw: &str, feed: Feed, signer: &CursorSigner) -> Option<FeedPosition> {
         let text = signer.open(raw)?;
         let parts: Vec<&str> = text.split('.').collect();
         let feed_tag = match feed {
@@ -173,7 +179,7 @@ impl FeedCursor {
             }),
             _ => return None,
         };
-        Some(FeedCursor {
+        Some(FeedPosition {
             feed,
             seen_at,
             seen,
@@ -185,50 +191,52 @@ impl FeedCursor {
 /// One read of a feed: the items, and the cursor to continue from.
 pub struct Page<T> {
     pub items: Vec<T>,
-    pub next: FeedCursor,
+    pub next: FeedPosition,
     pub has_more: bool,
 }
 
-/// Cuts rows fetched with `limit + 1` to a page (the extra row only says "more") and finds the
-/// cursor to continue from: inside the same window while rows remain, else at its end.
+/// Cuts rows of `window` fetched with `limit + 1` to a page (the extra row only says "more")
+/// and finds the position to continue from: inside the same window while rows remain, else at
+/// its end.
 pub fn paginate<R>(
-    cursor: &FeedCursor,
-    (upto, upto_at): (Snapshot, i64),
+    cursor: &FeedPosition,
+    window: Window,
     mut rows: Vec<R>,
     limit: i64,
     position: impl Fn(&R) -> MessageRef,
-) -> (Vec<R>, FeedCursor, bool) {
+) -> Page<R> {
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next = match rows.last() {
-        Some(last) if has_more => FeedCursor {
+        Some(last) if has_more => FeedPosition {
             window: Some(Window {
-                upto,
-                upto_at,
                 after: position(last),
+                ..window
             }),
             ..cursor.clone()
         },
-        _ => FeedCursor::at(cursor.feed, upto, upto_at),
+        _ => FeedPosition::at(cursor.feed, window.upto, window.upto_at),
     };
-    (rows, next, has_more)
+    Page {
+        items: rows,
+        next,
+        has_more,
+    }
 }
 
-/// Where the next read of `cursor` ends, and where it starts inside that window.
-pub fn window_of(
-    conn: &mut AnyConnection,
-    cursor: &FeedCursor,
-) -> diesel::QueryResult<(Snapshot, i64, MessageRef)> {
+/// The window the next read of `cursor` covers: the one it is paging through, or everything
+/// committed from its position until now.
+pub fn window_of(conn: &mut AnyConnection, cursor: &FeedPosition) -> diesel::QueryResult<Window> {
     match &cursor.window {
-        Some(w) => Ok((w.upto.clone(), w.upto_at, w.after)),
-        None => Ok((
-            current_snapshot(conn)?,
-            chrono::Utc::now().timestamp(),
-            MessageRef {
+        Some(w) => Ok(w.clone()),
+        None => Ok(Window {
+            upto: current_snapshot(conn)?,
+            upto_at: chrono::Utc::now().timestamp(),
+            after: MessageRef {
                 group_id: 0,
                 msg_id: 0,
             },
-        )),
+        }),
     }
 }
 
@@ -242,7 +250,8 @@ pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     }
 }
 
-type Fetch<T> = fn(&mut AnyConnection, &AuthUser, &FeedCursor, i64) -> diesel::QueryResult<Page<T>>;
+type Fetch<T> =
+    fn(&mut AnyConnection, &AuthUser, &FeedPosition, i64) -> diesel::QueryResult<Page<T>>;
 
 /// Answers at once when there are changes (or no cursor was given); otherwise waits for a
 /// wake-up or the timeout. A timeout answers with no items and a fresh cursor.
@@ -257,21 +266,28 @@ pub async fn long_poll<T: Send + 'static>(
     let timeout = parse_timeout(query.timeout_s)?;
     let Some(raw) = query.cursor.as_deref() else {
         let seen = state.db.read(current_snapshot).await?;
-        let next = FeedCursor::at(feed, seen, chrono::Utc::now().timestamp());
+        let next = FeedPosition::at(feed, seen, chrono::Utc::now().timestamp());
         return Ok(Page {
             items: Vec::new(),
             next,
             has_more: false,
         });
     };
-    if FeedCursor::is_outdated(raw, &state.cursors) {
-        return Err(ApiError::CursorExpired(
-            "the cursor is from an older version of this server. Start again without a cursor \
-             and read current state from the per-group endpoints"
-                .into(),
-        ));
+    let cursor = open_cursor(state, raw, feed)?;
+    wait_for_changes(state, user, feed, cursor, limit, timeout, fetch).await
+}
+
+/// The feed position in a cursor a client sent: refused when this server did not issue it
+/// for `feed`, expired when it is older than the retention period or from an older format.
+fn open_cursor(state: &AppState, raw: &str, feed: Feed) -> Result<FeedPosition, ApiError> {
+    let start_again = "Start again without a cursor and read current state from the \
+                       per-group endpoints";
+    if FeedPosition::is_outdated(raw, &state.cursors) {
+        return Err(ApiError::CursorExpired(format!(
+            "the cursor is from an older version of this server. {start_again}"
+        )));
     }
-    let mut cursor = FeedCursor::decode(raw, feed, &state.cursors)
+    let cursor = FeedPosition::decode(raw, feed, &state.cursors)
         .filter(|c| c.seen.engine() == state.db.engine())
         .ok_or_else(|| {
             ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
@@ -279,13 +295,25 @@ pub async fn long_poll<T: Send + 'static>(
     let age = chrono::Utc::now()
         .timestamp()
         .saturating_sub(cursor.seen_at);
-    if age > state.longpoll.retention_secs {
+    let kept = state.longpoll.retention_secs;
+    if age > kept {
         return Err(ApiError::CursorExpired(format!(
-            "the cursor is {age} s old; changes are kept {} s. Start again without a cursor and \
-             read current state from the per-group endpoints",
-            state.longpoll.retention_secs
+            "the cursor is {age} s old; changes are kept {kept} s. {start_again}"
         )));
     }
+    Ok(cursor)
+}
+
+/// Reads the feed after `cursor`; while nothing is there, waits for a wake-up or the timeout.
+async fn wait_for_changes<T: Send + 'static>(
+    state: &AppState,
+    user: &AuthUser,
+    feed: Feed,
+    mut cursor: FeedPosition,
+    limit: i64,
+    timeout: Duration,
+    fetch: Fetch<T>,
+) -> Result<Page<T>, ApiError> {
     // Register before the first read: a change that commits after the read still wakes us.
     let mut registration = register(state, user, feed).await?;
     let deadline = tokio::time::Instant::now() + timeout;
@@ -340,14 +368,22 @@ async fn register(state: &AppState, user: &AuthUser, feed: Feed) -> Result<Regis
         })
 }
 
-fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeKey> {
-    let by_group = groups.into_iter().map(|g| match feed {
-        Feed::Messages => WakeKey::Messages(g),
-        Feed::Receipts => WakeKey::Receipts(g),
-    });
-    by_group
-        .chain([WakeKey::Member(user_id.to_owned())])
-        .collect()
+/// What a poll of `feed` waits for: its feed's events in each of the user's groups, and
+/// changes to the user's own memberships (and, for `/v1/sync`, their reads elsewhere).
+fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeEvent> {
+    let user = user_id.to_owned();
+    let mut keys: Vec<WakeEvent> = groups
+        .into_iter()
+        .map(|g| match feed {
+            Feed::Messages => WakeEvent::MessageSent(g),
+            Feed::Receipts => WakeEvent::CursorMoved(g),
+        })
+        .collect();
+    keys.push(WakeEvent::MembershipChanged(user.clone()));
+    if feed == Feed::Messages {
+        keys.push(WakeEvent::ReadMoved(user));
+    }
+    keys
 }
 
 #[cfg(test)]
@@ -362,13 +398,13 @@ mod tests {
             xmax: 9,
             xip: vec![6, 8],
         };
-        let mut cursor = FeedCursor::at(Feed::Receipts, seen.clone(), 1_700_000_000);
+        let mut cursor = FeedPosition::at(Feed::Receipts, seen.clone(), 1_700_000_000);
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor.clone())
         );
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Messages, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Messages, &signer),
             None
         );
         cursor.window = Some(Window {
@@ -384,14 +420,14 @@ mod tests {
             },
         });
         assert_eq!(
-            FeedCursor::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
+            FeedPosition::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor)
         );
         assert_eq!(
-            FeedCursor::decode("not-a-cursor", Feed::Receipts, &signer),
+            FeedPosition::decode("not-a-cursor", Feed::Receipts, &signer),
             None
         );
-        assert_eq!(FeedCursor::decode("", Feed::Receipts, &signer), None);
+        assert_eq!(FeedPosition::decode("", Feed::Receipts, &signer), None);
     }
 
     #[test]
@@ -399,7 +435,7 @@ mod tests {
         let signer = CursorSigner::new(b"test secret");
         let other = CursorSigner::new(b"another secret");
         let now = chrono::Utc::now().timestamp();
-        let cursor = FeedCursor::at(
+        let cursor = FeedPosition::at(
             Feed::Messages,
             Snapshot::Postgres {
                 xmin: 3,
@@ -414,55 +450,50 @@ mod tests {
         let forged_body = b64.encode(format!("2.m.{now}.0:0:"));
 
         assert_eq!(
-            FeedCursor::decode(&issued, Feed::Messages, &signer),
+            FeedPosition::decode(&issued, Feed::Messages, &signer),
             Some(cursor)
         );
         assert_eq!(
-            FeedCursor::decode(&issued, Feed::Messages, &other),
+            FeedPosition::decode(&issued, Feed::Messages, &other),
             None,
             "another secret"
         );
         assert_eq!(
-            FeedCursor::decode(&format!("{forged_body}.{tag}"), Feed::Messages, &signer),
+            FeedPosition::decode(&format!("{forged_body}.{tag}"), Feed::Messages, &signer),
             None
         );
         assert_eq!(
-            FeedCursor::decode(body, Feed::Messages, &signer),
+            FeedPosition::decode(body, Feed::Messages, &signer),
             None,
             "no tag"
         );
-        let future = FeedCursor::at(
-            Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
-            i64::MAX,
-        );
-        assert_eq!(
-            FeedCursor::decode(&future.encode(&signer), Feed::Messages, &signer),
-            None
-        );
-        let ancient = FeedCursor::at(
-            Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
-            i64::MIN,
-        );
-        assert_eq!(
-            FeedCursor::decode(&ancient.encode(&signer), Feed::Messages, &signer),
-            None
-        );
+    }
+
+    #[test]
+    fn cursors_from_the_future_or_before_the_epoch_are_refused() {
+        let signer = CursorSigner::new(b"test secret");
+        for seen_at in [i64::MAX, i64::MIN] {
+            let cursor = FeedPosition::at(
+                Feed::Messages,
+                Snapshot::Postgres {
+                    xmin: 3,
+                    xmax: 3,
+                    xip: vec![],
+                },
+                seen_at,
+            );
+            assert_eq!(
+                FeedPosition::decode(&cursor.encode(&signer), Feed::Messages, &signer),
+                None,
+                "seen at {seen_at}"
+            );
+        }
     }
 
     #[test]
     fn cursors_of_the_previous_format_are_recognised_as_outdated() {
         let signer = CursorSigner::new(b"test secret");
-        let current = FeedCursor::at(
+        let current = FeedPosition::at(
             Feed::Messages,
             Snapshot::Postgres {
                 xmin: 3,
@@ -474,10 +505,13 @@ mod tests {
         .encode(&signer);
         let previous = signer.sign(&format!("1.m.{}.3:3:", chrono::Utc::now().timestamp()));
 
-        assert!(FeedCursor::is_outdated(&previous, &signer));
-        assert_eq!(FeedCursor::decode(&previous, Feed::Messages, &signer), None);
-        assert!(!FeedCursor::is_outdated(&current, &signer));
-        assert!(!FeedCursor::is_outdated("garbage", &signer));
+        assert!(FeedPosition::is_outdated(&previous, &signer));
+        assert_eq!(
+            FeedPosition::decode(&previous, Feed::Messages, &signer),
+            None
+        );
+        assert!(!FeedPosition::is_outdated(&current, &signer));
+        assert!(!FeedPosition::is_outdated("garbage", &signer));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{DeviceView, DevicesPage, MyGroupView, MyGroupsPage};
 use super::AppState;
-use crate::db::chat_list::{chat_list, total_unread, ChatListRow, ListOrder, Selection};
+use crate::db::chat_list::{chat_list_page, total_unread, ChatListRow, ListOrder};
 use crate::db::devices::{list_devices, remove_device};
 use crate::db::member_events::device_column;
 use crate::domain::{parse_limit, DeviceId};
@@ -39,26 +39,21 @@ pub async fn list_my_groups(
             ))
         }
     };
-    let order = parse_page_cursor(query.cursor.as_deref(), recent)?;
+    let order = parse_page_token(query.cursor.as_deref(), recent)?;
     let unread_only = query.unread_only.unwrap_or(false);
     let caller = user.clone();
     let (mut rows, total_unread) = state
         .db
         .read(move |conn| {
             let device = device_column(caller.device.as_ref());
-            let selection = Selection::Page {
-                order,
-                unread_only,
-                limit: limit + 1,
-            };
-            let rows = chat_list(conn, caller.id(), device, selection)?;
+            let rows = chat_list_page(conn, caller.id(), device, order, unread_only, limit + 1)?;
             Ok((rows, total_unread(conn, caller.id())?))
         })
         .await?;
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
     let next_cursor = has_more
-        .then(|| rows.last().map(|g| page_cursor(g, recent)))
+        .then(|| rows.last().map(|g| page_token(g, recent)))
         .flatten();
     let named = user.device.is_some();
     Ok(HttpResponse::Ok().json(MyGroupsPage {
@@ -72,9 +67,9 @@ pub async fn list_my_groups(
     }))
 }
 
-/// The position after `row`: its group id, or (for `order=recent`) its activity time in
+/// The page token after `row`: its group id, or (for `order=recent`) its activity time in
 /// microseconds and its group id.
-fn page_cursor(row: &ChatListRow, recent: bool) -> String {
+fn page_token(row: &ChatListRow, recent: bool) -> String {
     if recent {
         let micros = row.last_activity_at.and_utc().timestamp_micros();
         format!("{micros}:{}", row.group_id)
@@ -83,7 +78,7 @@ fn page_cursor(row: &ChatListRow, recent: bool) -> String {
     }
 }
 
-fn parse_page_cursor(raw: Option<&str>, recent: bool) -> Result<ListOrder, ApiError> {
+fn parse_page_token(raw: Option<&str>, recent: bool) -> Result<ListOrder, ApiError> {
     let invalid = || {
         ApiError::Validation(format!(
             "cursor: not a cursor this server issued for order={}",
@@ -146,7 +141,7 @@ pub async fn remove_my_device(
         let device = device.clone();
         state
             .db
-            .write(move |conn| remove_device(conn, &user_id, device.as_str()))
+            .write(move |conn, _| remove_device(conn, &user_id, device.as_str()))
             .await?
     };
     if !removed {

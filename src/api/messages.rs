@@ -7,11 +7,14 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
+use crate::db::access::Membership;
 use crate::db::devices::device_ack;
 use crate::db::messages::{self, SendOutcome};
-use crate::db::receipts::{count_receipts, member_cursors};
+use crate::db::models::{MemberRow, MessageRow};
+use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
+use crate::db::AnyConnection;
 use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
-use crate::wake::WakeEvent;
+use crate::domain::{DeviceId, GroupId, MsgId};
 
 #[derive(Deserialize)]
 pub struct SendMessageBody {
@@ -31,10 +34,9 @@ pub async fn send_message(
     let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
     let content = parse_content(&body.content)?;
     let sender = user.clone();
-    let instance = state.instance();
     let outcome = state
         .db
-        .write(move |conn| {
+        .write(move |conn, wakes| {
             messages::send(
                 conn,
                 group_id,
@@ -42,23 +44,16 @@ pub async fn send_message(
                 sender.device.as_ref(),
                 &client_msg_id,
                 &content,
-                &instance,
+                wakes,
             )
         })
-        .await?;
+        .await??;
     match outcome {
         SendOutcome::Created(row) => {
-            state.wake([WakeEvent::MessageSent(group_id)]);
             state.metrics.messages_sent.inc();
             Ok(HttpResponse::Created().json(MessageView::from(row)))
         }
         SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),
-        SendOutcome::NoGroup => Err(ApiError::NotFound(format!(
-            "group {group_id} does not exist"
-        ))),
-        SendOutcome::NotMember => Err(ApiError::Forbidden(format!(
-            "you are not a member of group {group_id}"
-        ))),
     }
 }
 
@@ -68,6 +63,82 @@ pub struct ListMessagesQuery {
     before_msg_id: Option<i64>,
     limit: Option<i64>,
     with_receipts: Option<bool>,
+}
+
+/// Where a page of messages starts.
+#[derive(Debug, Clone, Copy)]
+enum PageStart {
+    /// After this message, ascending; None: after the calling device's delivered cursor.
+    After(Option<i64>),
+    /// Before this message: the newest ones below it (history), returned ascending.
+    Before(i64),
+}
+
+impl ListMessagesQuery {
+    fn start(&self) -> Result<PageStart, ApiError> {
+        let after = self
+            .after_msg_id
+            .map(|v| parse_msg_id("after_msg_id", v))
+            .transpose()?;
+        let before = self
+            .before_msg_id
+            .map(|v| parse_msg_id("before_msg_id", v))
+            .transpose()?;
+        match (after, before) {
+            (Some(_), Some(_)) => Err(ApiError::Validation(
+                "give after_msg_id or before_msg_id, not both".into(),
+            )),
+            (_, Some(before)) => Ok(PageStart::Before(before)),
+            (after, None) => Ok(PageStart::After(after)),
+        }
+    }
+}
+
+/// What one read of a group's messages found.
+struct Pulled {
+    rows: Vec<MessageRow>,
+    /// Every member's cursors, when receipts were asked for.
+    cursors: Option<Vec<MemberCursors>>,
+    device_ack: i64,
+}
+
+/// Reads up to `limit + 1` messages from `start` for `member`, never from before they joined.
+fn pull(
+    conn: &mut AnyConnection,
+    member: &MemberRow,
+    device: Option<&DeviceId>,
+    start: PageStart,
+    limit: i64,
+    with_receipts: bool,
+) -> diesel::QueryResult<Pulled> {
+    let (group_id, floor) = (member.group_id, member.joined_after_msg_id);
+    let device_ack = match device {
+        None => member.last_ack_msg_id,
+        Some(d) => device_ack(conn, GroupId(group_id), &member.user_id, d)?.unwrap_or(floor),
+    };
+    let rows = match start {
+        PageStart::Before(before) => messages::page_before(
+            conn,
+            GroupId(group_id),
+            MsgId(before),
+            MsgId(floor),
+            limit + 1,
+        )?,
+        PageStart::After(after) => {
+            let after = after.unwrap_or(device_ack).max(floor);
+            messages::page_after(conn, GroupId(group_id), MsgId(after), limit + 1)?
+        }
+    };
+    let cursors = if with_receipts {
+        Some(member_cursors(conn, group_id)?)
+    } else {
+        None
+    };
+    Ok(Pulled {
+        rows,
+        cursors,
+        device_ack,
+    })
 }
 
 /// A page of messages, ascending. With neither bound it starts after the calling device's
@@ -81,58 +152,35 @@ pub async fn list_messages(
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let limit = parse_limit(query.limit)?;
-    let after = query
-        .after_msg_id
-        .map(|v| parse_msg_id("after_msg_id", v))
-        .transpose()?;
-    let before = query
-        .before_msg_id
-        .map(|v| parse_msg_id("before_msg_id", v))
-        .transpose()?;
-    if after.is_some() && before.is_some() {
-        return Err(ApiError::Validation(
-            "give after_msg_id or before_msg_id, not both".into(),
-        ));
-    }
+    let start = query.start()?;
     let with_receipts = query.with_receipts.unwrap_or(false);
     let device = user.device.clone();
-    let (group, member, (mut rows, cursors, device_ack)) =
-        read_as_member(&state, group_id, &user, move |conn, _, member| {
-            // A member never sees messages from before they joined.
-            let floor = member.joined_after_msg_id;
-            let device_ack = match &device {
-                None => member.last_ack_msg_id,
-                Some(d) => device_ack(conn, group_id, &member.user_id, d)?.unwrap_or(floor),
-            };
-            let rows = match before {
-                Some(before) => messages::page_before(conn, group_id, before, floor, limit + 1)?,
-                None => {
-                    let after = after.unwrap_or(device_ack).max(floor);
-                    messages::page_after(conn, group_id, after, limit + 1)?
-                }
-            };
-            let cursors = if with_receipts {
-                Some(member_cursors(conn, group_id)?)
-            } else {
-                None
-            };
-            Ok((rows, cursors, device_ack))
+    let (Membership { group, member }, mut pulled) =
+        read_as_member(&state, group_id, &user, move |conn, membership| {
+            pull(
+                conn,
+                &membership.member,
+                device.as_ref(),
+                start,
+                limit,
+                with_receipts,
+            )
         })
         .await?;
-    let has_more = rows.len() as i64 > limit;
+    let has_more = pulled.rows.len() as i64 > limit;
     if has_more {
         // Backwards pages drop the oldest extra row, forward pages the newest.
-        if before.is_some() {
-            rows.remove(0);
-        } else {
-            rows.truncate(limit as usize);
+        match start {
+            PageStart::Before(_) => drop(pulled.rows.remove(0)),
+            PageStart::After(_) => pulled.rows.truncate(limit as usize),
         }
     }
-    let last_msg_id = rows
+    let last_msg_id = pulled
+        .rows
         .last()
         .map_or(group.last_msg_id, |m| m.msg_id.max(group.last_msg_id));
-    let mut messages: Vec<MessageView> = rows.into_iter().map(MessageView::from).collect();
-    if let Some(cursors) = cursors {
+    let mut messages: Vec<MessageView> = pulled.rows.into_iter().map(MessageView::from).collect();
+    if let Some(cursors) = pulled.cursors {
         // Receipts go on the caller's own messages only.
         for message in messages.iter_mut().filter(|m| m.sender_id == user.id()) {
             message.receipt = Some(count_receipts(&cursors, message.msg_id, user.id()).into());
@@ -143,7 +191,7 @@ pub async fn list_messages(
         messages,
         has_more,
         last_msg_id,
-        last_ack_msg_id: device_ack,
+        last_ack_msg_id: pulled.device_ack,
         last_read_msg_id: member.last_read_msg_id,
     }))
 }

@@ -5,14 +5,15 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, window_of, FeedCursor, Page, PollQuery};
+use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
+use crate::db::access::Refusal;
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
 use crate::db::AnyConnection;
-use crate::domain::{parse_limit, UserId};
+use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 
 #[derive(Deserialize)]
 pub struct ReceiptsQuery {
@@ -34,22 +35,18 @@ pub async fn get_message_receipts(
         Some(c) => Some(UserId::parse("cursor", c)?),
         None => None,
     };
-    let (_, me, (message, members)) = read_as_member(&state, group_id, &user, move |conn, _, _| {
-        let message = find_message(conn, group_id, msg_id)?;
-        Ok((message, member_cursors(conn, group_id)?))
-    })
-    .await?;
+    let (membership, (message, members)) =
+        read_as_member(&state, group_id, &user, move |conn, _| {
+            let message = find_message(conn, GroupId(group_id), MsgId(msg_id))?;
+            Ok((message, member_cursors(conn, group_id)?))
+        })
+        .await?;
+    // A message from before the caller joined is not theirs to see.
     let message = message
-        .filter(|m| m.msg_id > me.joined_after_msg_id)
-        .ok_or_else(|| {
-            ApiError::NotFound(format!(
-                "message {msg_id} does not exist in group {group_id}"
-            ))
-        })?;
-    if message.sender_id != user.id() && !me.is_owner() {
-        return Err(ApiError::Forbidden(
-            "only the message's sender and the group owner see its receipts".into(),
-        ));
+        .filter(|m| m.msg_id > membership.member.joined_after_msg_id)
+        .ok_or(Refusal::NoMessage { group_id, msg_id })?;
+    if message.sender_id != user.id() && !membership.member.is_owner() {
+        return Err(Refusal::ReceiptsOfOthers.into());
     }
     let counts = count_receipts(&members, msg_id, &message.sender_id);
     let mut audience = members
@@ -96,13 +93,24 @@ pub async fn poll_receipts(
 fn fetch_receipt_changes(
     conn: &mut AnyConnection,
     caller: &AuthUser,
-    cursor: &FeedCursor,
+    cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
     let sender_id = caller.id();
-    let (upto, upto_at, after) = window_of(conn, cursor)?;
-    let refs = changed_receipts(conn, sender_id, &cursor.seen, &upto, after, limit + 1)?;
-    let (refs, next, has_more) = paginate(cursor, (upto, upto_at), refs, limit, |r| *r);
+    let window = window_of(conn, cursor)?;
+    let refs = changed_receipts(
+        conn,
+        sender_id,
+        &cursor.seen,
+        &window.upto,
+        window.after,
+        limit + 1,
+    )?;
+    let Page {
+        items: refs,
+        next,
+        has_more,
+    } = paginate(cursor, window, refs, limit, |r| *r);
     let items = current_counts(conn, sender_id, &refs)?;
     Ok(Page {
         items,

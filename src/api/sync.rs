@@ -4,11 +4,11 @@ use actix_web::{web, HttpResponse};
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, window_of, FeedCursor, Page, PollQuery};
+use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
 use crate::db::changes::{changed_groups, Feed, MessageRef};
-use crate::db::chat_list::{chat_list, total_unread, Selection};
+use crate::db::chat_list::{chat_list_rows, total_unread};
 use crate::db::member_events::device_column;
 use crate::db::AnyConnection;
 
@@ -53,21 +53,25 @@ pub async fn poll_sync(
 fn fetch_changed_groups(
     conn: &mut AnyConnection,
     caller: &AuthUser,
-    cursor: &FeedCursor,
+    cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<SyncChanges>> {
-    let (upto, upto_at, after) = window_of(conn, cursor)?;
+    let window = window_of(conn, cursor)?;
     let device = device_column(caller.device.as_ref());
     let refs = changed_groups(
         conn,
         caller.id(),
         device,
         &cursor.seen,
-        &upto,
-        after.group_id,
+        &window.upto,
+        window.after.group_id,
         limit + 1,
     )?;
-    let (refs, next, has_more) = paginate(cursor, (upto, upto_at), refs, limit, |r| MessageRef {
+    let Page {
+        items: refs,
+        next,
+        has_more,
+    } = paginate(cursor, window, refs, limit, |r| MessageRef {
         group_id: r.group_id,
         msg_id: 0,
     });
@@ -80,7 +84,7 @@ fn fetch_changed_groups(
     }
     let ids: Vec<i64> = refs.iter().map(|r| r.group_id).collect();
     let named = caller.device.is_some();
-    let groups: Vec<MyGroupView> = chat_list(conn, caller.id(), device, Selection::Ids(&ids))?
+    let groups: Vec<MyGroupView> = chat_list_rows(conn, caller.id(), device, &ids)?
         .into_iter()
         .map(|row| MyGroupView::new(row, named))
         .collect();

@@ -40,7 +40,7 @@ impl GroupView {
 #[derive(Serialize)]
 pub struct MemberView {
     pub user_id: String,
-    pub role: String,
+    pub role: &'static str,
     pub joined_at: DateTime<Utc>,
 }
 
@@ -48,7 +48,7 @@ impl From<MemberRow> for MemberView {
     fn from(m: MemberRow) -> Self {
         MemberView {
             user_id: m.user_id,
-            role: m.role,
+            role: m.role.as_str(),
             joined_at: utc(m.joined_at),
         }
     }

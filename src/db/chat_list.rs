@@ -65,94 +65,94 @@ pub enum ListOrder {
     },
 }
 
-/// Which of the caller's groups a query returns.
-pub enum Selection<'a> {
-    Page {
-        order: ListOrder,
-        unread_only: bool,
-        limit: i64,
-    },
-    Ids(&'a [i64]),
+/// The caller's memberships joined with everything a chat-list row shows, boxed so callers
+/// add their own filters and order. A macro rather than a function: the joined query's type is
+/// too long to write out.
+macro_rules! chat_list_query {
+    ($user_id:expr, $device_column:expr) => {
+        group_members::table
+            .inner_join(groups::table)
+            .left_join(
+                device_cursors::table.on(device_cursors::group_id
+                    .eq(group_members::group_id)
+                    .and(device_cursors::user_id.eq(group_members::user_id))
+                    .and(device_cursors::device_id.eq($device_column.to_owned()))),
+            )
+            .left_join(
+                group_msgs::table.on(group_msgs::group_id
+                    .eq(groups::group_id)
+                    .and(group_msgs::msg_id.eq(groups::last_msg_id))
+                    .and(group_msgs::msg_id.gt(group_members::joined_after_msg_id))),
+            )
+            .filter(group_members::user_id.eq($user_id.to_owned()))
+            .select((
+                groups::group_id,
+                groups::name,
+                groups::last_msg_id,
+                groups::last_activity_at,
+                group_members::joined_after_msg_id,
+                group_members::last_ack_msg_id,
+                group_members::last_read_msg_id,
+                group_members::own_msgs_after_read,
+                device_cursors::last_ack_msg_id.nullable(),
+                (
+                    group_msgs::msg_id,
+                    group_msgs::sender_id,
+                    group_msgs::created_at,
+                    substr(group_msgs::content.nullable(), 1, PREVIEW_CHARS as i32 + 1)
+                        .assume_not_null(),
+                )
+                    .nullable(),
+            ))
+            .into_boxed()
+    };
 }
 
-/// The caller's groups; `device_column` is the calling device's id ('' for the default one).
-pub fn chat_list(
+/// A page of the caller's groups; `device_column` is the calling device's id ('' for the
+/// default one).
+pub fn chat_list_page(
     conn: &mut AnyConnection,
     user_id: &str,
     device_column: &str,
-    selection: Selection<'_>,
+    order: ListOrder,
+    unread_only: bool,
+    limit: i64,
 ) -> QueryResult<Vec<ChatListRow>> {
-    let mut query = group_members::table
-        .inner_join(groups::table)
-        .left_join(
-            device_cursors::table.on(device_cursors::group_id
-                .eq(group_members::group_id)
-                .and(device_cursors::user_id.eq(group_members::user_id))
-                .and(device_cursors::device_id.eq(device_column.to_owned()))),
-        )
-        .left_join(
-            group_msgs::table.on(group_msgs::group_id
-                .eq(groups::group_id)
-                .and(group_msgs::msg_id.eq(groups::last_msg_id))
-                .and(group_msgs::msg_id.gt(group_members::joined_after_msg_id))),
-        )
-        .filter(group_members::user_id.eq(user_id.to_owned()))
-        .select((
-            groups::group_id,
-            groups::name,
-            groups::last_msg_id,
-            groups::last_activity_at,
-            group_members::joined_after_msg_id,
-            group_members::last_ack_msg_id,
-            group_members::last_read_msg_id,
-            group_members::own_msgs_after_read,
-            device_cursors::last_ack_msg_id.nullable(),
-            (
-                group_msgs::msg_id,
-                group_msgs::sender_id,
-                group_msgs::created_at,
-                substr(group_msgs::content.nullable(), 1, PREVIEW_CHARS as i32 + 1)
-                    .assume_not_null(),
-            )
-                .nullable(),
-        ))
-        .into_boxed();
-    match selection {
-        Selection::Ids(ids) => {
-            query = query
-                .filter(group_members::group_id.eq_any(ids.to_vec()))
-                .order(groups::group_id.asc());
-        }
-        Selection::Page {
-            order,
-            unread_only,
-            limit,
-        } => {
-            if unread_only {
+    let mut query = chat_list_query!(user_id, device_column);
+    if unread_only {
+        let read_or_own = group_members::last_read_msg_id + group_members::own_msgs_after_read;
+        query = query.filter(groups::last_msg_id.gt(read_or_own));
+    }
+    query = match order {
+        ListOrder::ById { after_group_id } => query
+            .filter(group_members::group_id.gt(after_group_id))
+            .order(groups::group_id.asc()),
+        ListOrder::Recent { before } => {
+            if let Some((at, group_id)) = before {
+                let activity = groups::last_activity_at;
                 query = query.filter(
-                    groups::last_msg_id
-                        .gt(group_members::last_read_msg_id + group_members::own_msgs_after_read),
+                    activity
+                        .lt(at)
+                        .or(activity.eq(at).and(groups::group_id.lt(group_id))),
                 );
             }
-            query = match order {
-                ListOrder::ById { after_group_id } => query
-                    .filter(group_members::group_id.gt(after_group_id))
-                    .order(groups::group_id.asc()),
-                ListOrder::Recent { before } => {
-                    if let Some((at, group_id)) = before {
-                        query = query.filter(
-                            groups::last_activity_at.lt(at).or(groups::last_activity_at
-                                .eq(at)
-                                .and(groups::group_id.lt(group_id))),
-                        );
-                    }
-                    query.order((groups::last_activity_at.desc(), groups::group_id.desc()))
-                }
-            };
-            query = query.limit(limit);
+            query.order((groups::last_activity_at.desc(), groups::group_id.desc()))
         }
-    }
-    query.load(conn)
+    };
+    query.limit(limit).load(conn)
+}
+
+/// The given groups of the caller's (those they still belong to), by group id.
+pub fn chat_list_rows(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    device_column: &str,
+    group_ids: &[i64],
+) -> QueryResult<Vec<ChatListRow>> {
+    chat_list_query!(user_id, device_column)
+        .filter(group_members::group_id.eq_any(group_ids.to_vec()))
+        .order(groups::group_id.asc())
+        .load(conn)
 }
 
 #[derive(QueryableByName)]

@@ -1,15 +1,16 @@
 //! Acks: moving members' cursors forward, one group or many in one transaction.
 
-use diesel::prelude::*;
+use diesel::{Connection, QueryResult};
 
-use super::announce::announce;
+use super::access::{member_of, Abort, Checked, Membership, Refusal};
 use super::devices::{advance_device, device_ack};
 use super::member_events::{record_member_events, MemberEventKind};
-use super::members::{access, advance_member, Access, Advance};
+use super::members::{advance_member, Advance, MemberCursorsAfter};
+use super::models::MemberRow;
 use super::receipts::record_change;
 use super::AnyConnection;
-use crate::domain::DeviceId;
-use crate::wake::WakeEvent;
+use crate::domain::{DeviceId, GroupId, MsgId};
+use crate::wake::{WakeEvent, Wakes};
 
 #[derive(Debug, Clone, Copy)]
 pub struct AckRequest {
@@ -33,93 +34,74 @@ pub struct CursorState {
     pub read_moved: bool,
 }
 
-/// Why an ack batch was refused; `index` is the position in the request.
-#[derive(Debug, Clone, Copy)]
-pub enum AckRejection {
-    NoGroup {
-        index: usize,
-        group_id: i64,
-    },
-    NotMember {
-        index: usize,
-        group_id: i64,
-    },
-    BeyondLastMessage {
-        index: usize,
-        group_id: i64,
-        requested: i64,
-        last_msg_id: i64,
-    },
-}
-
-enum TxError {
-    Rejected(AckRejection),
-    Db(diesel::result::Error),
-}
-
-impl From<diesel::result::Error> for TxError {
-    fn from(e: diesel::result::Error) -> Self {
-        TxError::Db(e)
-    }
-}
-
-/// Applies every ack or none. Each ack writes at most one row however many messages it covers,
-/// and an ack that would not move a cursor writes nothing.
+/// Applies every ack or none: a refused entry refuses the batch ([`Refusal::InBatch`] says
+/// which). An ack writes a few rows however many messages it covers, and an ack that would not
+/// move a cursor writes nothing.
 pub fn ack(
     conn: &mut AnyConnection,
     user_id: &str,
     device: Option<&DeviceId>,
     acks: &[AckRequest],
-    instance: &str,
-) -> QueryResult<Result<Vec<CursorState>, AckRejection>> {
-    let outcome = conn.transaction::<_, TxError, _>(|conn| {
-        acks.iter()
-            .enumerate()
-            .map(|(index, request)| ack_one(conn, user_id, device, index, request, instance))
-            .collect()
+    wakes: &mut Wakes,
+) -> Checked<Vec<CursorState>> {
+    // A refused batch rolls back every ack in it, and so wakes no one.
+    let mut recorded = Wakes::default();
+    let outcome = conn.transaction::<_, Abort, _>(|conn| {
+        let mut states = Vec::with_capacity(acks.len());
+        for (index, request) in acks.iter().enumerate() {
+            let state = ack_one(conn, user_id, device, request, &mut recorded)?;
+            states.push(state.map_err(|refusal| Refusal::InBatch {
+                index,
+                refusal: Box::new(refusal),
+            })?);
+        }
+        Ok(states)
     });
-    match outcome {
-        Ok(states) => Ok(Ok(states)),
-        Err(TxError::Rejected(rejection)) => Ok(Err(rejection)),
-        Err(TxError::Db(e)) => Err(e),
+    let states = Abort::into_checked(outcome)?;
+    if states.is_ok() {
+        wakes.extend(recorded);
     }
+    Ok(states)
+}
+
+/// Where one ack moves the caller's cursors: reading implies delivery to this device, and an
+/// ack that does not say what was read means everything it delivers was read.
+fn targets(request: &AckRequest, membership: &Membership) -> Result<(i64, i64), Refusal> {
+    let read_to = request.last_read_msg_id.unwrap_or(request.last_ack_msg_id);
+    let ack_to = request.last_ack_msg_id.max(read_to);
+    let last_msg_id = membership.group.last_msg_id;
+    if ack_to > last_msg_id {
+        return Err(Refusal::AckBeyondLastMessage {
+            group_id: request.group_id,
+            requested: ack_to,
+            last_msg_id,
+        });
+    }
+    Ok((ack_to, read_to))
 }
 
 fn ack_one(
     conn: &mut AnyConnection,
     user_id: &str,
     device: Option<&DeviceId>,
-    index: usize,
     request: &AckRequest,
-    instance: &str,
-) -> Result<CursorState, TxError> {
+    wakes: &mut Wakes,
+) -> Checked<CursorState> {
     let group_id = request.group_id;
-    let (group, member) = match access(conn, group_id, user_id)? {
-        Access::NoGroup => {
-            return Err(TxError::Rejected(AckRejection::NoGroup { index, group_id }))
-        }
-        Access::NotMember(_) => {
-            return Err(TxError::Rejected(AckRejection::NotMember {
-                index,
-                group_id,
-            }))
-        }
-        Access::Member(group, member) => (group, member),
+    let membership = match member_of(conn, group_id, user_id)? {
+        Ok(m) => m,
+        Err(refusal) => return Ok(Err(refusal)),
     };
-    // An ack means read unless told otherwise; reading implies delivery to this device.
-    let read_to = request.last_read_msg_id.unwrap_or(request.last_ack_msg_id);
-    let ack_to = request.last_ack_msg_id.max(read_to);
-    if ack_to > group.last_msg_id {
-        return Err(TxError::Rejected(AckRejection::BeyondLastMessage {
-            index,
-            group_id,
-            requested: ack_to,
-            last_msg_id: group.last_msg_id,
-        }));
-    }
+    let (ack_to, read_to) = match targets(request, &membership) {
+        Ok(t) => t,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let Membership { group, member } = membership;
     let device_ack_before = match device {
         None => member.last_ack_msg_id,
-        Some(d) => device_ack(conn, group_id, user_id, d)?.unwrap_or(member.joined_after_msg_id),
+        Some(d) => {
+            device_ack(conn, GroupId(group_id), user_id, d)?.unwrap_or(member.joined_after_msg_id)
+        }
     };
     let mut state = CursorState {
         group_id,
@@ -131,26 +113,22 @@ fn ack_one(
         read_moved: false,
     };
     if ack_to <= device_ack_before && read_to <= member.last_read_msg_id {
-        return Ok(state);
+        return Ok(Ok(state));
     }
     if let Some(d) = device {
-        state.last_ack_msg_id = advance_device(conn, group_id, user_id, d, ack_to)?;
+        state.last_ack_msg_id = advance_device(conn, GroupId(group_id), user_id, d, MsgId(ack_to))?;
         if read_to <= member.last_read_msg_id && ack_to <= member.delivered_msg_id {
             // A device catching up on what another device already had: receipts and the
             // user's read position stay as they are.
-            return Ok(state);
+            return Ok(Ok(state));
         }
     }
-    let after = advance_member(
-        conn,
-        group_id,
-        user_id,
-        Advance {
-            default_ack_to: if device.is_none() { ack_to } else { 0 },
-            read_to,
-            delivered_to: ack_to,
-        },
-    )?;
+    let advance = Advance {
+        default_ack_to: if device.is_none() { ack_to } else { 0 },
+        read_to,
+        delivered_to: ack_to,
+    };
+    let after = advance_member(conn, group_id, user_id, advance)?;
     if device.is_none() {
         state.last_ack_msg_id = after.last_ack_msg_id;
     }
@@ -158,21 +136,31 @@ fn ack_one(
     state.own_msgs_after_read = after.own_msgs_after_read;
     state.read_moved = after.last_read_msg_id > member.last_read_msg_id;
     state.receipts_changed = state.read_moved || after.delivered_msg_id > member.delivered_msg_id;
+    record_effects(conn, &member, &after, &state, device, wakes)?;
+    Ok(Ok(state))
+}
+
+/// What a cursor move causes beyond the row: a receipt change for the senders whose messages'
+/// counts may have changed, and a member event for the user's other devices.
+fn record_effects(
+    conn: &mut AnyConnection,
+    before: &MemberRow,
+    after: &MemberCursorsAfter,
+    state: &CursorState,
+    device: Option<&DeviceId>,
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
+    let (group_id, user_id) = (before.group_id, before.user_id.as_str());
     if state.receipts_changed {
         // Receipts of messages after the old read cursor, up to the new delivered one, may
         // have changed: one row for the whole range, however many messages it covers.
-        record_change(
-            conn,
-            group_id,
-            user_id,
-            member.last_read_msg_id,
-            after.delivered_msg_id,
-        )?;
-        announce(conn, instance, &WakeEvent::CursorMoved(group_id))?;
+        let (from, to) = (before.last_read_msg_id, after.delivered_msg_id);
+        record_change(conn, GroupId(group_id), user_id, MsgId(from), MsgId(to))?;
+        wakes.record(WakeEvent::CursorMoved(group_id));
     }
     if state.read_moved {
         record_member_events(conn, group_id, &[user_id], MemberEventKind::Read, device)?;
-        announce(conn, instance, &WakeEvent::ReadMoved(user_id.to_owned()))?;
+        wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
-    Ok(state)
+    Ok(())
 }

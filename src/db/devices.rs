@@ -12,7 +12,7 @@ use diesel::sql_types::{BigInt, Text};
 
 use super::models::now_utc;
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
 use crate::schema::{device_cursors, devices};
 
@@ -189,12 +189,12 @@ pub fn forget_devices_before(
 /// A named device's delivered cursor in a group, if it ever acked there.
 pub fn device_ack(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
     device: &DeviceId,
 ) -> QueryResult<Option<i64>> {
     device_cursors::table
-        .find((group_id, user_id, device.as_str()))
+        .find((group_id.0, user_id, device.as_str()))
         .select(device_cursors::last_ack_msg_id)
         .first(conn)
         .optional()
@@ -210,10 +210,10 @@ struct AckedTo {
 /// first ack; never backwards. Returns the cursor after the move.
 pub fn advance_device(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
     device: &DeviceId,
-    ack_to: i64,
+    ack_to: MsgId,
 ) -> QueryResult<i64> {
     let row: AckedTo = diesel::sql_query(
         "INSERT INTO device_cursors (group_id, user_id, device_id, last_ack_msg_id) \
@@ -234,15 +234,15 @@ pub fn advance_device(
 /// After the device sent `msg_id`: its cursor moves onto it only if it had everything before.
 pub fn advance_device_past_own(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
     device: &DeviceId,
-    msg_id: i64,
+    msg_id: MsgId,
 ) -> QueryResult<()> {
     diesel::update(
         device_cursors::table
-            .find((group_id, user_id, device.as_str()))
-            .filter(device_cursors::last_ack_msg_id.eq(msg_id - 1)),
+            .find((group_id.0, user_id, device.as_str()))
+            .filter(device_cursors::last_ack_msg_id.eq(msg_id.0 - 1)),
     )
     .set(device_cursors::last_ack_msg_id.eq(msg_id))
     .execute(conn)

@@ -2,13 +2,12 @@
 
 use diesel::prelude::*;
 
-use super::announce::announce;
 use super::member_events::{record_member_events, MemberEventKind};
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::AnyConnection;
 use crate::on_engine;
 use crate::schema::{group_members, groups};
-use crate::wake::WakeEvent;
+use crate::wake::{WakeEvent, Wakes};
 
 /// Creates a group owned by `owner_id` with the given other members, in one transaction.
 pub fn create_group(
@@ -16,7 +15,7 @@ pub fn create_group(
     owner_id: &str,
     name: &str,
     member_ids: &[String],
-    instance: &str,
+    wakes: &mut Wakes,
 ) -> QueryResult<(GroupRow, i64)> {
     conn.transaction(|conn| {
         let now = now_utc();
@@ -44,11 +43,7 @@ pub fn create_group(
         let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
         record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
         for user in joined {
-            announce(
-                conn,
-                instance,
-                &WakeEvent::MembershipChanged(user.to_owned()),
-            )?;
+            wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
         }
         let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
         Ok((group, member_count))

@@ -1,46 +1,21 @@
-//! Queries on `group_members`: access checks, membership changes and the two cursors.
+//! Queries on `group_members`: membership changes and the members' cursors.
 
 use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::announce::announce;
+use super::access::{member_of, Abort, Checked, Refusal};
 use super::devices;
 use super::groups::{count_members, lock_last_msg_id};
 use super::member_events::{record_member_events, MemberEventKind};
-use super::models::{now_utc, GroupRow, MemberRow, NewMember, Role};
+use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::receipts::record_change;
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
 use crate::schema::{group_members, groups};
-use crate::wake::WakeEvent;
-
-/// What a user may do with a group, found in one query.
-pub enum Access {
-    NoGroup,
-    NotMember(GroupRow),
-    Member(GroupRow, MemberRow),
-}
-
-pub fn access(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> QueryResult<Access> {
-    let found: Option<(GroupRow, Option<MemberRow>)> = groups::table
-        .left_join(
-            group_members::table.on(group_members::group_id
-                .eq(groups::group_id)
-                .and(group_members::user_id.eq(user_id))),
-        )
-        .filter(groups::group_id.eq(group_id))
-        .select((GroupRow::as_select(), Option::<MemberRow>::as_select()))
-        .first(conn)
-        .optional()?;
-    Ok(match found {
-        None => Access::NoGroup,
-        Some((group, None)) => Access::NotMember(group),
-        Some((group, Some(member))) => Access::Member(group, member),
-    })
-}
+use crate::wake::{WakeEvent, Wakes};
 
 pub fn find_member(
     conn: &mut AnyConnection,
@@ -73,22 +48,18 @@ pub fn list_members(
     query.load(conn)
 }
 
-pub enum AddOutcome {
-    /// The users who were not members yet and now are.
-    Added(Vec<String>),
-    /// The group would exceed its member limit; nothing was added.
-    TooMany { current: i64, max: i64 },
-}
-
-/// Adds users who are not members yet; existing members are left as they are.
+/// The owner `actor_id` adds users who are not members yet (existing members are left as
+/// they are); returns the users who joined.
 pub fn add_members(
     conn: &mut AnyConnection,
     group_id: i64,
+    actor_id: &str,
     user_ids: &[String],
     max_members: i64,
-    instance: &str,
-) -> QueryResult<AddOutcome> {
-    conn.transaction(|conn| {
+    wakes: &mut Wakes,
+) -> Checked<Vec<String>> {
+    let outcome = conn.transaction::<_, Abort, _>(|conn| {
+        member_of(conn, group_id, actor_id)??.require_owner("add members")?;
         let last_msg_id = lock_last_msg_id(conn, group_id)?;
         let existing: Vec<String> = group_members::table
             .filter(group_members::group_id.eq(group_id))
@@ -103,10 +74,8 @@ pub fn add_members(
             .collect();
         let current = count_members(conn, group_id)?;
         if current + rows.len() as i64 > max_members {
-            return Ok(AddOutcome::TooMany {
-                current,
-                max: max_members,
-            });
+            let max = max_members;
+            return Err(Refusal::TooManyMembers { current, max }.into());
         }
         if !rows.is_empty() {
             on_engine!(conn, |c| diesel::insert_into(group_members::table)
@@ -115,52 +84,61 @@ pub fn add_members(
         }
         let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
         record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
-        for user in joined {
-            announce(
-                conn,
-                instance,
-                &WakeEvent::MembershipChanged(user.to_owned()),
-            )?;
+        Ok(rows.into_iter().map(|r| r.user_id).collect::<Vec<_>>())
+    });
+    let added = Abort::into_checked(outcome)?;
+    if let Ok(added) = &added {
+        for user in added {
+            wakes.record(WakeEvent::MembershipChanged(user.clone()));
         }
-        Ok(AddOutcome::Added(
-            rows.into_iter().map(|r| r.user_id).collect(),
-        ))
-    })
+    }
+    Ok(added)
 }
 
-/// Removes a membership; true when there was one. The member leaves the audience of every
-/// message they could see, so those messages' receipts change.
+/// `actor_id` removes `user_id` from the group: the owner anyone but themselves, any member
+/// themselves (leaving). The member leaves the audience of every message they could see, so
+/// those messages' receipts change.
 pub fn remove_member(
     conn: &mut AnyConnection,
     group_id: i64,
+    actor_id: &str,
     user_id: &str,
-    instance: &str,
-) -> QueryResult<bool> {
-    conn.transaction(|conn| {
+    wakes: &mut Wakes,
+) -> Checked<()> {
+    let outcome = conn.transaction::<_, Abort, _>(|conn| {
+        let actor = member_of(conn, group_id, actor_id)??;
+        if user_id != actor_id {
+            actor.require_owner("remove other members")?;
+        }
+        if user_id == actor.group.owner_id {
+            return Err(Refusal::OwnerCannotLeave.into());
+        }
         let Some(member) = find_member(conn, group_id, user_id)? else {
-            return Ok(false);
+            let user_id = user_id.to_owned();
+            return Err(Refusal::NoSuchMember { user_id }.into());
         };
         diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
+        // Read after the delete: a message committed meanwhile is in the range too.
         let last_msg_id: i64 = groups::table
             .find(group_id)
             .select(groups::last_msg_id)
             .first(conn)?;
         record_change(
             conn,
-            group_id,
+            GroupId(group_id),
             user_id,
-            member.joined_after_msg_id,
-            last_msg_id,
+            MsgId(member.joined_after_msg_id),
+            MsgId(last_msg_id),
         )?;
         record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
-        announce(conn, instance, &WakeEvent::CursorMoved(group_id))?;
-        announce(
-            conn,
-            instance,
-            &WakeEvent::MembershipChanged(user_id.to_owned()),
-        )?;
-        Ok(true)
-    })
+        Ok(())
+    });
+    let removed = Abort::into_checked(outcome)?;
+    if removed.is_ok() {
+        wakes.record(WakeEvent::CursorMoved(group_id));
+        wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
+    }
+    Ok(removed)
 }
 
 /// The ids of every group the user belongs to (what their long-polls wait on).
@@ -253,12 +231,12 @@ const MEMBER_CURSORS: (
 /// skipped. Of the delivered cursors only the sending device's moves.
 pub fn advance_past_own_message(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
     device: Option<&DeviceId>,
-    msg_id: i64,
+    msg_id: MsgId,
 ) -> QueryResult<()> {
-    let previous = msg_id - 1;
+    let (previous, msg_id) = (msg_id.0 - 1, msg_id.0);
     let own_after = sql::<BigInt>(&format!(
         "CASE WHEN last_read_msg_id = {previous} THEN own_msgs_after_read \
          ELSE own_msgs_after_read + 1 END"
@@ -268,7 +246,7 @@ pub fn advance_past_own_message(
         group_members::last_read_msg_id.eq(move_if_at("last_read_msg_id", previous, msg_id)),
         group_members::delivered_msg_id.eq(move_if_at("delivered_msg_id", previous, msg_id)),
     );
-    let member = group_members::table.find((group_id, user_id));
+    let member = group_members::table.find((group_id.0, user_id));
     let updated = match device {
         None => diesel::update(member)
             .set((
@@ -278,7 +256,7 @@ pub fn advance_past_own_message(
             .execute(conn)?,
         Some(device) => {
             let updated = diesel::update(member).set(cursors).execute(conn)?;
-            devices::advance_device_past_own(conn, group_id, user_id, device, msg_id)?;
+            devices::advance_device_past_own(conn, group_id, user_id, device, MsgId(msg_id))?;
             updated
         }
     };
@@ -291,18 +269,21 @@ pub fn advance_past_own_message(
 
 /// Before messages of the group up to `through_msg_id` expire: every member whose read cursor
 /// is below moves past them, so what no longer exists never counts as unread. One statement
-/// for the group; the count of own messages above the cursor moves with it.
+/// for the group; the count of own messages above the cursor moves with it. The members'
+/// other devices hear of it as of any read.
 pub fn read_past_expired(
     conn: &mut AnyConnection,
-    group_id: i64,
-    through_msg_id: i64,
-) -> QueryResult<usize> {
+    group_id: GroupId,
+    through: MsgId,
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
+    let (group_id, through_msg_id) = (group_id.0, through.0);
     let own_after = sql::<BigInt>(&format!(
         "own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
              AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {through_msg_id})"
     ));
-    diesel::update(
+    let moved: Vec<String> = diesel::update(
         group_members::table
             .filter(group_members::group_id.eq(group_id))
             .filter(group_members::last_read_msg_id.lt(through_msg_id)),
@@ -312,5 +293,12 @@ pub fn read_past_expired(
         group_members::last_read_msg_id.eq(through_msg_id),
         group_members::delivered_msg_id.eq(forward_to("delivered_msg_id", through_msg_id)),
     ))
-    .execute(conn)
+    .returning(group_members::user_id)
+    .get_results(conn)?;
+    let users: Vec<&str> = moved.iter().map(String::as_str).collect();
+    record_member_events(conn, group_id, &users, MemberEventKind::Read, None)?;
+    for user in moved {
+        wakes.record(WakeEvent::ReadMoved(user));
+    }
+    Ok(())
 }

@@ -3,21 +3,19 @@
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use super::announce::announce;
+use super::access::{member_of, Checked, Refusal};
 use super::groups::allocate_msg_id;
-use super::members::{access, advance_past_own_message, read_past_expired, Access};
+use super::members::{advance_past_own_message, read_past_expired};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
-use crate::domain::DeviceId;
+use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::group_msgs;
-use crate::wake::WakeEvent;
+use crate::wake::{WakeEvent, Wakes};
 
 pub enum SendOutcome {
     Created(MessageRow),
     /// The sender already sent this `client_msg_id` to this group: the original message.
     Existing(MessageRow),
-    NoGroup,
-    NotMember,
 }
 
 /// Stores a message once. A retry or a racing duplicate with the same `client_msg_id` gets
@@ -32,12 +30,10 @@ pub fn send(
     device: Option<&DeviceId>,
     client_msg_id: &str,
     content: &str,
-    instance: &str,
-) -> QueryResult<SendOutcome> {
-    match access(conn, group_id, sender_id)? {
-        Access::NoGroup => return Ok(SendOutcome::NoGroup),
-        Access::NotMember(_) => return Ok(SendOutcome::NotMember),
-        Access::Member(..) => {}
+    wakes: &mut Wakes,
+) -> Checked<SendOutcome> {
+    if let Err(refusal) = member_of(conn, group_id, sender_id)? {
+        return Ok(Err(refusal));
     }
     let stored = conn.transaction(|conn| {
         let now = now_utc();
@@ -53,8 +49,7 @@ pub fn send(
         diesel::insert_into(group_msgs::table)
             .values(&message)
             .execute(conn)?;
-        advance_past_own_message(conn, group_id, sender_id, device, msg_id)?;
-        announce(conn, instance, &WakeEvent::MessageSent(group_id))?;
+        advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id))?;
         Ok(MessageRow {
             group_id,
             msg_id,
@@ -65,14 +60,17 @@ pub fn send(
         })
     });
     match stored {
-        Ok(row) => Ok(SendOutcome::Created(row)),
+        Ok(row) => {
+            wakes.record(WakeEvent::MessageSent(group_id));
+            Ok(Ok(SendOutcome::Created(row)))
+        }
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
             find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
-                .map(SendOutcome::Existing)
+                .map(|row| Ok(SendOutcome::Existing(row)))
                 .ok_or(DieselError::NotFound)
         }
         // The sender's membership row vanished between the check and the write.
-        Err(DieselError::NotFound) => Ok(SendOutcome::NotMember),
+        Err(DieselError::NotFound) => Ok(Err(Refusal::NotMember { group_id })),
         Err(e) => Err(e),
     }
 }
@@ -94,8 +92,8 @@ pub fn find_by_client_msg_id(
 
 pub fn find_message(
     conn: &mut AnyConnection,
-    group_id: i64,
-    msg_id: i64,
+    group_id: GroupId,
+    msg_id: MsgId,
 ) -> QueryResult<Option<MessageRow>> {
     group_msgs::table
         .filter(group_msgs::group_id.eq(group_id))
@@ -115,6 +113,7 @@ pub fn delete_messages_before(
     conn: &mut AnyConnection,
     cutoff: chrono::NaiveDateTime,
     batch: i64,
+    wakes: &mut Wakes,
 ) -> QueryResult<usize> {
     let oldest: Vec<(i64, i64, i64, chrono::NaiveDateTime)> = group_msgs::table
         .select((
@@ -143,7 +142,7 @@ pub fn delete_messages_before(
     let ids: Vec<i64> = expired.iter().map(|(id, ..)| *id).collect();
     conn.transaction(|conn| {
         for (group_id, msg_id) in through {
-            read_past_expired(conn, group_id, msg_id)?;
+            read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
         }
         diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
     })
@@ -152,8 +151,8 @@ pub fn delete_messages_before(
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.
 pub fn page_after(
     conn: &mut AnyConnection,
-    group_id: i64,
-    after_msg_id: i64,
+    group_id: GroupId,
+    after_msg_id: MsgId,
     limit: i64,
 ) -> QueryResult<Vec<MessageRow>> {
     group_msgs::table
@@ -169,9 +168,9 @@ pub fn page_after(
 /// ones first in the query, returned ascending.
 pub fn page_before(
     conn: &mut AnyConnection,
-    group_id: i64,
-    before_msg_id: i64,
-    floor_msg_id: i64,
+    group_id: GroupId,
+    before_msg_id: MsgId,
+    floor_msg_id: MsgId,
     limit: i64,
 ) -> QueryResult<Vec<MessageRow>> {
     let mut rows: Vec<MessageRow> = group_msgs::table

@@ -32,7 +32,8 @@ pub struct NewGroup<'a> {
 pub struct MemberRow {
     pub group_id: i64,
     pub user_id: String,
-    pub role: String,
+    #[diesel(deserialize_as = String)]
+    pub role: Role,
     pub joined_after_msg_id: i64,
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
@@ -46,7 +47,7 @@ pub struct MemberRow {
 pub struct NewMember {
     pub group_id: i64,
     pub user_id: String,
-    pub role: String,
+    pub role: &'static str,
     pub joined_after_msg_id: i64,
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
@@ -67,7 +68,7 @@ impl NewMember {
         NewMember {
             group_id,
             user_id: user_id.to_owned(),
-            role: role.as_str().to_owned(),
+            role: role.as_str(),
             joined_after_msg_id: last_msg_id,
             last_ack_msg_id: last_msg_id,
             last_read_msg_id: last_msg_id,
@@ -85,6 +86,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// The stored (and JSON) spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Owner => "owner",
@@ -93,9 +95,22 @@ impl Role {
     }
 }
 
+/// Reads the stored spelling; the table's CHECK admits no other.
+impl TryFrom<String> for Role {
+    type Error = String;
+
+    fn try_from(stored: String) -> Result<Role, String> {
+        match stored.as_str() {
+            "owner" => Ok(Role::Owner),
+            "member" => Ok(Role::Member),
+            _ => Err(format!("unknown role {stored:?}")),
+        }
+    }
+}
+
 impl MemberRow {
     pub fn is_owner(&self) -> bool {
-        self.role == Role::Owner.as_str()
+        self.role == Role::Owner
     }
 }
 

@@ -12,6 +12,7 @@ use diesel::sql_types::{BigInt, Timestamp};
 
 use super::models::now_utc;
 use super::AnyConnection;
+use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_members, receipt_events};
 
 /// The cursor columns of one member: all receipts in a group are computed from these.
@@ -85,17 +86,17 @@ struct NewReceiptEvent<'a> {
 /// Records that receipts of messages in `(from_msg_id, to_msg_id]` of the group may have changed.
 pub fn record_change(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     reader_id: &str,
-    from_msg_id: i64,
-    to_msg_id: i64,
+    from_msg_id: MsgId,
+    to_msg_id: MsgId,
 ) -> QueryResult<()> {
     diesel::insert_into(receipt_events::table)
         .values(&NewReceiptEvent {
-            group_id,
+            group_id: group_id.0,
             reader_id,
-            from_msg_id,
-            to_msg_id,
+            from_msg_id: from_msg_id.0,
+            to_msg_id: to_msg_id.0,
             created_at: now_utc(),
         })
         .execute(conn)

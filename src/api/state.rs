@@ -1,0 +1,28 @@
+//! What every handler shares: the database, token keys, metrics, cursor signer, the waiting
+//! long-polls, and their settings. Built once at start-up (see `startup`).
+
+use std::sync::Arc;
+
+use actix_web::web;
+
+use super::longpoll::CursorSigner;
+use crate::auth::TokenKeys;
+use crate::db::Db;
+use crate::metrics::Metrics;
+use crate::notify::Notifier;
+
+pub struct AppState {
+    pub db: Db,
+    pub keys: TokenKeys,
+    /// Also registered on its own, so the metrics middleware needs nothing from `api`.
+    pub metrics: web::Data<Metrics>,
+    pub cursors: CursorSigner,
+    pub notifier: Arc<Notifier>,
+    pub longpoll: LongPollSettings,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct LongPollSettings {
+    /// Change-feed cursors older than this get 410; feed rows older than this are deleted.
+    pub retention_secs: i64,
+}

@@ -1,0 +1,116 @@
+//! Who may do what with a group: the one membership check every group route goes through, and
+//! the one type for every refusal (mapped to its HTTP answer once, in `api::error`).
+
+use diesel::prelude::*;
+
+use super::models::{GroupRow, MemberRow};
+use super::AnyConnection;
+use crate::schema::{group_members, groups};
+
+/// Why a request about a group was refused. Decided inside the database call that reads the
+/// rows it depends on, answered by the handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    NoGroup {
+        group_id: i64,
+    },
+    NotMember {
+        group_id: i64,
+    },
+    /// Something only the group's owner may do; the text says what.
+    OwnerOnly(&'static str),
+    OwnerCannotLeave,
+    NoSuchMember {
+        user_id: String,
+    },
+    TooManyMembers {
+        current: i64,
+        max: i64,
+    },
+    NoMessage {
+        group_id: i64,
+        msg_id: i64,
+    },
+    ReceiptsOfOthers,
+    AckBeyondLastMessage {
+        group_id: i64,
+        requested: i64,
+        last_msg_id: i64,
+    },
+    /// One entry of a batch (`POST /v1/acks`) was refused, so the batch was.
+    InBatch {
+        index: usize,
+        refusal: Box<Refusal>,
+    },
+}
+
+/// The result of a database call that may refuse: the outer error is the database's, the
+/// inner one the caller's (`state.db.read(…).await??` answers both).
+pub type Checked<T> = QueryResult<Result<T, Refusal>>;
+
+/// Ends a transaction early: a refusal rolls back what the transaction did so far.
+#[derive(Debug)]
+pub enum Abort {
+    Refused(Refusal),
+    Db(diesel::result::Error),
+}
+
+impl From<diesel::result::Error> for Abort {
+    fn from(e: diesel::result::Error) -> Self {
+        Abort::Db(e)
+    }
+}
+
+impl From<Refusal> for Abort {
+    fn from(r: Refusal) -> Self {
+        Abort::Refused(r)
+    }
+}
+
+impl Abort {
+    /// Back to the two layers of [`Checked`], once the transaction has rolled back.
+    pub fn into_checked<T>(outcome: Result<T, Abort>) -> Checked<T> {
+        match outcome {
+            Ok(value) => Ok(Ok(value)),
+            Err(Abort::Refused(refusal)) => Ok(Err(refusal)),
+            Err(Abort::Db(e)) => Err(e),
+        }
+    }
+}
+
+/// A member's standing in a group: the group and their membership row.
+#[derive(Debug, Clone)]
+pub struct Membership {
+    pub group: GroupRow,
+    pub member: MemberRow,
+}
+
+impl Membership {
+    pub fn require_owner(&self, what: &'static str) -> Result<(), Refusal> {
+        if self.member.is_owner() {
+            Ok(())
+        } else {
+            Err(Refusal::OwnerOnly(what))
+        }
+    }
+}
+
+/// The group and the user's membership, found in one query; a refusal when the group does not
+/// exist or the user is not in it.
+pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Checked<Membership> {
+    let found: Option<(GroupRow, Option<MemberRow>)> = groups::table
+        .left_join(
+            group_members::table.on(group_members::group_id
+                .eq(groups::group_id)
+                .and(group_members::user_id.eq(user_id))),
+        )
+        .filter(groups::group_id.eq(group_id))
+        .select((GroupRow::as_select(), Option::<MemberRow>::as_select()))
+        .first(conn)
+        .optional()?;
+    Ok(match found {
+        None => Err(Refusal::NoGroup { group_id }),
+        Some((_, None)) => Err(Refusal::NotMember { group_id }),
+        Some((group, Some(member))) => Ok(Membership { group, member }),
+    })
+}

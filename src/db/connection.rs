@@ -1,0 +1,137 @@
+//! One connection type over both engines, the engine chosen from the URL, and how each
+//! connection is set up (PostgreSQL's statement timeout, SQLite's WAL and durability).
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::R2D2Connection;
+
+/// A connection to either engine. Queries written against it run on both.
+#[derive(diesel::MultiConnection)]
+pub enum AnyConnection {
+    Postgresql(diesel::PgConnection),
+    Sqlite(diesel::SqliteConnection),
+}
+
+/// Runs one diesel expression on the concrete connection inside an [`AnyConnection`], for the
+/// few query shapes MultiConnection cannot express (multi-row inserts, `ON CONFLICT`).
+#[macro_export]
+macro_rules! on_engine {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::db::AnyConnection::Postgresql($c) => $body,
+            $crate::db::AnyConnection::Sqlite($c) => $body,
+        }
+    };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    /// The engine is chosen from the URL scheme, never by trial: trying PostgreSQL first would
+    /// hide the real reason an unreachable server failed.
+    pub fn from_url(url: &str) -> Engine {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Engine::Postgres
+        } else {
+            Engine::Sqlite
+        }
+    }
+}
+
+pub struct ConnectionManager {
+    url: String,
+    engine: Engine,
+    sqlite_synchronous: String,
+    statement_timeout_ms: u64,
+}
+
+impl ConnectionManager {
+    pub(super) fn new(settings: &DbSettings) -> ConnectionManager {
+        ConnectionManager {
+            url: settings.url.clone(),
+            engine: Engine::from_url(&settings.url),
+            sqlite_synchronous: settings.sqlite_synchronous.clone(),
+            statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
+        }
+    }
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = AnyConnection;
+    type Error = diesel::ConnectionError;
+
+    fn connect(&self) -> Result<AnyConnection, diesel::ConnectionError> {
+        match self.engine {
+            Engine::Postgres => {
+                let mut conn = diesel::PgConnection::establish(&self.url)?;
+                // Bounds every statement, so a stuck query cannot hold a request (and its
+                // pooled connection) for long; it then answers 503.
+                conn.batch_execute(&format!(
+                    "SET statement_timeout = {}",
+                    self.statement_timeout_ms
+                ))
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(AnyConnection::Postgresql(conn))
+            }
+            Engine::Sqlite => {
+                let mut conn = diesel::SqliteConnection::establish(&self.url)?;
+                // WAL lets readers run beside the single writer; the busy timeout only matters
+                // for outside tools, since Chorus itself never has two writers.
+                let pragmas = format!(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
+                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+                    self.sqlite_synchronous
+                );
+                conn.batch_execute(&pragmas)
+                    .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                Ok(AnyConnection::Sqlite(conn))
+            }
+        }
+    }
+
+    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), diesel::ConnectionError> {
+        conn.batch_execute("SELECT 1")
+            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)
+    }
+
+    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
+        match conn {
+            AnyConnection::Postgresql(c) => c.is_broken(),
+            AnyConnection::Sqlite(c) => c.is_broken(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DbSettings {
+    pub url: String,
+    pub pool_size: u32,
+    pub pool_timeout: Duration,
+    pub sqlite_synchronous: String,
+    pub statement_timeout: Duration,
+}
+
+impl DbSettings {
+    /// Settings for one-off connections to `url` (tools, tests): the server's defaults.
+    pub fn for_url(url: &str) -> DbSettings {
+        DbSettings {
+            url: url.to_owned(),
+            pool_size: 1,
+            pool_timeout: Duration::from_secs(3),
+            sqlite_synchronous: "FULL".into(),
+            statement_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Opens a single connection outside any pool (start-up, `chorus migrate`).
+pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
+    use r2d2::ManageConnection;
+    ConnectionManager::new(settings).connect()
+}

@@ -1,0 +1,45 @@
+//! What can go wrong below `db::`, and which failures a retry may cure.
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// No connection could be had in time, or the server is unreachable: the caller may retry.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Query(#[from] diesel::result::Error),
+    #[error("database task panicked or was cancelled")]
+    Task,
+}
+
+impl From<r2d2::Error> for DbError {
+    fn from(e: r2d2::Error) -> Self {
+        DbError::Unavailable(e.to_string())
+    }
+}
+
+impl DbError {
+    /// True when the database (not the request) is at fault and a retry may succeed: it is
+    /// unreachable, the connection died, or it is too busy (a statement timeout, SQLite's
+    /// lock held by another process past the busy timeout).
+    pub fn is_unavailable(&self) -> bool {
+        use diesel::result::DatabaseErrorKind as Kind;
+        match self {
+            DbError::Unavailable(_) => true,
+            DbError::Query(diesel::result::Error::DatabaseError(kind, info)) => {
+                matches!(
+                    kind,
+                    Kind::ClosedConnection | Kind::UnableToSendCommand | Kind::SerializationFailure
+                ) || BUSY_MESSAGES.iter().any(|m| info.message().contains(m))
+            }
+            DbError::Query(diesel::result::Error::BrokenTransactionManager) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Messages of errors that mean "busy, try again", which diesel reports without a kind.
+const BUSY_MESSAGES: [&str; 3] = [
+    "database is locked",
+    "canceling statement due to statement timeout",
+    "canceling statement due to lock timeout",
+];

@@ -1,0 +1,52 @@
+//! The embedded migrations of both engines: applied at start and by `chorus migrate`, one
+//! instance at a time on PostgreSQL.
+
+use diesel::connection::SimpleConnection;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+
+use super::connection::AnyConnection;
+
+const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// An arbitrary constant: instances starting together on one PostgreSQL take turns migrating.
+const MIGRATION_LOCK_KEY: i64 = 0x4348_4f52_5553;
+
+/// Applies pending migrations; returns how many ran.
+pub fn run_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> {
+    let applied = match conn {
+        AnyConnection::Postgresql(c) => {
+            // Migrations may wait for another instance's and may run long: the request
+            // statement timeout does not apply to them.
+            c.batch_execute("SET statement_timeout = 0")?;
+            c.batch_execute(&format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))?;
+            let result = c
+                .run_pending_migrations(POSTGRES_MIGRATIONS)
+                .map(|v| v.len());
+            c.batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))?;
+            result
+        }
+        AnyConnection::Sqlite(c) => c.run_pending_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
+    };
+    applied.map_err(|e| anyhow::anyhow!("migration failed: {e}"))
+}
+
+/// Reverts every applied migration (used by tests that check each `down.sql`).
+pub fn revert_all_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> {
+    let reverted = match conn {
+        AnyConnection::Postgresql(c) => c
+            .revert_all_migrations(POSTGRES_MIGRATIONS)
+            .map(|v| v.len()),
+        AnyConnection::Sqlite(c) => c.revert_all_migrations(SQLITE_MIGRATIONS).map(|v| v.len()),
+    };
+    reverted.map_err(|e| anyhow::anyhow!("migration revert failed: {e}"))
+}
+
+/// True when the database answers and no migration is pending.
+pub fn is_ready(conn: &mut AnyConnection) -> bool {
+    let pending = match conn {
+        AnyConnection::Postgresql(c) => c.has_pending_migration(POSTGRES_MIGRATIONS),
+        AnyConnection::Sqlite(c) => c.has_pending_migration(SQLITE_MIGRATIONS),
+    };
+    matches!(pending, Ok(false))
+}
