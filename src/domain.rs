@@ -71,16 +71,25 @@ fn invalid(field: &str, rule: &str) -> ValidationError {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UserId(String);
 
+/// The shape user and device ids share: 1 to `max` ASCII letters and digits, and `marks`.
+fn parse_id(
+    field: &str,
+    raw: &str,
+    max: usize,
+    marks: &str,
+    rule: &str,
+) -> Result<String, ValidationError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || marks.contains(c);
+    if raw.is_empty() || raw.len() > max || !raw.chars().all(allowed) {
+        return Err(invalid(field, rule));
+    }
+    Ok(raw.to_owned())
+}
+
 impl UserId {
     pub fn parse(field: &str, raw: &str) -> Result<UserId, ValidationError> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || "._@:-".contains(c);
-        if raw.is_empty() || raw.len() > MAX_USER_ID_LEN || !raw.chars().all(allowed) {
-            return Err(invalid(
-                field,
-                "must be 1-64 characters from A-Z a-z 0-9 . _ @ : -",
-            ));
-        }
-        Ok(UserId(raw.to_owned()))
+        let rule = "must be 1-64 characters from A-Z a-z 0-9 . _ @ : -";
+        parse_id(field, raw, MAX_USER_ID_LEN, "._@:-", rule).map(UserId)
     }
 
     pub fn as_str(&self) -> &str {
@@ -104,14 +113,8 @@ pub const MAX_DEVICE_ID_LEN: usize = 64;
 
 impl DeviceId {
     pub fn parse(field: &str, raw: &str) -> Result<DeviceId, ValidationError> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || "._:-".contains(c);
-        if raw.is_empty() || raw.len() > MAX_DEVICE_ID_LEN || !raw.chars().all(allowed) {
-            return Err(invalid(
-                field,
-                "must be 1-64 characters from A-Z a-z 0-9 . _ : -",
-            ));
-        }
-        Ok(DeviceId(raw.to_owned()))
+        let rule = "must be 1-64 characters from A-Z a-z 0-9 . _ : -";
+        parse_id(field, raw, MAX_DEVICE_ID_LEN, "._:-", rule).map(DeviceId)
     }
 
     pub fn as_str(&self) -> &str {

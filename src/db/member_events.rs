@@ -3,9 +3,9 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Timestamp};
 
 use super::models::now_utc;
+use super::receipts::delete_oldest_before;
 use super::AnyConnection;
 use crate::domain::DeviceId;
 use crate::schema::member_events;
@@ -77,11 +77,5 @@ pub fn delete_member_events_before(
     cutoff: NaiveDateTime,
     batch: i64,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM member_events WHERE id IN \
-         (SELECT id FROM member_events WHERE created_at < $1 ORDER BY id LIMIT $2)",
-    )
-    .bind::<Timestamp, _>(cutoff)
-    .bind::<BigInt, _>(batch)
-    .execute(conn)
+    delete_oldest_before(conn, "member_events", cutoff, batch)
 }

@@ -110,10 +110,21 @@ pub fn delete_changes_before(
     cutoff: NaiveDateTime,
     batch: i64,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM receipt_events WHERE id IN \
-         (SELECT id FROM receipt_events WHERE created_at < $1 ORDER BY id LIMIT $2)",
-    )
+    delete_oldest_before(conn, "receipt_events", cutoff, batch)
+}
+
+/// Deletes up to `batch` of the oldest rows of a feed table (one with an `id` in insertion order
+/// and a `created_at`) created before `cutoff`; returns how many went.
+pub(super) fn delete_oldest_before(
+    conn: &mut AnyConnection,
+    table: &'static str,
+    cutoff: NaiveDateTime,
+    batch: i64,
+) -> QueryResult<usize> {
+    diesel::sql_query(format!(
+        "DELETE FROM {table} WHERE id IN \
+         (SELECT id FROM {table} WHERE created_at < $1 ORDER BY id LIMIT $2)"
+    ))
     .bind::<Timestamp, _>(cutoff)
     .bind::<BigInt, _>(batch)
     .execute(conn)
