@@ -31,11 +31,6 @@ impl Wakes {
         self.0.push(event);
     }
 
-    /// Takes over what another recorder recorded (a part of the write that succeeded).
-    pub fn extend(&mut self, other: Wakes) {
-        self.0.extend(other.0);
-    }
-
     pub fn events(&self) -> &[WakeEvent] {
         &self.0
     }

@@ -98,7 +98,7 @@ async fn apply(
     let caller = user.clone();
     let outcome = state
         .db
-        .write(move |conn, wakes| {
+        .write_checked(move |conn, wakes| {
             cursors::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
         })
         .await?;

@@ -102,7 +102,7 @@ pub async fn add_members(
     let actor = user.id().to_owned();
     let added = state
         .db
-        .write(move |conn, wakes| {
+        .write_checked(move |conn, wakes| {
             members::add_members(conn, group_id, &actor, &user_ids, MAX_GROUP_MEMBERS, wakes)
         })
         .await??;
@@ -120,7 +120,7 @@ pub async fn remove_member(
     let actor = user.id().to_owned();
     state
         .db
-        .write(move |conn, wakes| {
+        .write_checked(move |conn, wakes| {
             members::remove_member(conn, group_id, &actor, target.as_str(), wakes)
         })
         .await??;

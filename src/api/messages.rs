@@ -36,7 +36,7 @@ pub async fn send_message(
     let sender = user.clone();
     let outcome = state
         .db
-        .write(move |conn, wakes| {
+        .write_checked(move |conn, wakes| {
             messages::send(
                 conn,
                 group_id,

@@ -48,34 +48,16 @@ pub enum Refusal {
 /// inner one the caller's (`state.db.read(…).await??` answers both).
 pub type Checked<T> = QueryResult<Result<T, Refusal>>;
 
-/// Ends a transaction early: a refusal rolls back what the transaction did so far.
-#[derive(Debug)]
-pub enum Abort {
-    Refused(Refusal),
-    Db(diesel::result::Error),
-}
-
-impl From<diesel::result::Error> for Abort {
-    fn from(e: diesel::result::Error) -> Self {
-        Abort::Db(e)
-    }
-}
-
-impl From<Refusal> for Abort {
-    fn from(r: Refusal) -> Self {
-        Abort::Refused(r)
-    }
-}
-
-impl Abort {
-    /// Back to the two layers of [`Checked`], once the transaction has rolled back.
-    pub fn into_checked<T>(outcome: Result<T, Abort>) -> Checked<T> {
-        match outcome {
-            Ok(value) => Ok(Ok(value)),
-            Err(Abort::Refused(refusal)) => Ok(Err(refusal)),
-            Err(Abort::Db(e)) => Err(e),
+/// Inside a function returning [`Checked`]: the value of a `Result<_, Refusal>`, or return
+/// the refusal. Writes run through `Db::write_checked`, which rolls back a refused write.
+#[macro_export]
+macro_rules! refuse_unless {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(refusal) => return Ok(Err(refusal.into())),
         }
-    }
+    };
 }
 
 /// A member's standing in a group: the group and their membership row.

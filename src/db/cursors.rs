@@ -1,8 +1,8 @@
 //! Acks: moving members' cursors forward, one group or many in one transaction.
 
-use diesel::{Connection, QueryResult};
+use diesel::QueryResult;
 
-use super::access::{member_of, Abort, Checked, Membership, Refusal};
+use super::access::{member_of, Checked, Membership, Refusal};
 use super::devices::{advance_device, device_ack};
 use super::member_events::{record_member_events, MemberEventKind};
 use super::members::{advance_member, Advance, MemberCursorsAfter};
@@ -10,6 +10,7 @@ use super::models::MemberRow;
 use super::receipts::record_change;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
+use crate::refuse_unless;
 use crate::wake::{WakeEvent, Wakes};
 
 #[derive(Debug, Clone, Copy)]
@@ -34,8 +35,8 @@ pub struct CursorState {
     pub read_moved: bool,
 }
 
-/// Applies every ack or none: a refused entry refuses the batch ([`Refusal::InBatch`] says
-/// which). An ack writes a few rows however many messages it covers, and an ack that would not
+/// Applies every ack or none (run it through `Db::write_checked`): a refused entry refuses the
+/// batch ([`Refusal::InBatch`] says which) and the write rolls back. An ack writes a few rows however many messages it covers, and an ack that would not
 /// move a cursor writes nothing.
 pub fn ack(
     conn: &mut AnyConnection,
@@ -44,24 +45,15 @@ pub fn ack(
     acks: &[AckRequest],
     wakes: &mut Wakes,
 ) -> Checked<Vec<CursorState>> {
-    // A refused batch rolls back every ack in it, and so wakes no one.
-    let mut recorded = Wakes::default();
-    let outcome = conn.transaction::<_, Abort, _>(|conn| {
-        let mut states = Vec::with_capacity(acks.len());
-        for (index, request) in acks.iter().enumerate() {
-            let state = ack_one(conn, user_id, device, request, &mut recorded)?;
-            states.push(state.map_err(|refusal| Refusal::InBatch {
-                index,
-                refusal: Box::new(refusal),
-            })?);
-        }
-        Ok(states)
-    });
-    let states = Abort::into_checked(outcome)?;
-    if states.is_ok() {
-        wakes.extend(recorded);
+    let mut states = Vec::with_capacity(acks.len());
+    for (index, request) in acks.iter().enumerate() {
+        let state = ack_one(conn, user_id, device, request, wakes)?;
+        states.push(refuse_unless!(state.map_err(|refusal| Refusal::InBatch {
+            index,
+            refusal: Box::new(refusal),
+        })));
     }
-    Ok(states)
+    Ok(Ok(states))
 }
 
 /// Where one ack moves the caller's cursors: reading implies delivery to this device, and an
@@ -88,14 +80,8 @@ fn ack_one(
     wakes: &mut Wakes,
 ) -> Checked<CursorState> {
     let group_id = request.group_id;
-    let membership = match member_of(conn, group_id, user_id)? {
-        Ok(m) => m,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    let (ack_to, read_to) = match targets(request, &membership) {
-        Ok(t) => t,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
+    let membership = refuse_unless!(member_of(conn, group_id, user_id)?);
+    let (ack_to, read_to) = refuse_unless!(targets(request, &membership));
     let Membership { group, member } = membership;
     let device_ack_before = match device {
         None => member.last_ack_msg_id,

@@ -143,22 +143,20 @@ pub fn remove_device(
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<bool> {
-    conn.transaction(|conn| {
-        let removed = diesel::update(
-            devices::table
-                .filter(devices::device_id.eq(device_id))
-                .filter(devices::user_id.eq(user_id))
-                .filter(devices::removed_at.is_null()),
-        )
-        .set(devices::removed_at.eq(Some(now_utc())))
+    let removed = diesel::update(
+        devices::table
+            .filter(devices::device_id.eq(device_id))
+            .filter(devices::user_id.eq(user_id))
+            .filter(devices::removed_at.is_null()),
+    )
+    .set(devices::removed_at.eq(Some(now_utc())))
+    .execute(conn)?;
+    if removed == 0 {
+        return Ok(false);
+    }
+    diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq(device_id)))
         .execute(conn)?;
-        if removed == 0 {
-            return Ok(false);
-        }
-        diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq(device_id)))
-            .execute(conn)?;
-        Ok(true)
-    })
+    Ok(true)
 }
 
 /// Forgets up to `batch` devices: signed-in ones unused since `idle_cutoff`, and signed-out

@@ -9,7 +9,7 @@ use crate::on_engine;
 use crate::schema::{group_members, groups};
 use crate::wake::{WakeEvent, Wakes};
 
-/// Creates a group owned by `owner_id` with the given other members, in one transaction.
+/// Creates a group owned by `owner_id` with the given other members.
 pub fn create_group(
     conn: &mut AnyConnection,
     owner_id: &str,
@@ -17,37 +17,35 @@ pub fn create_group(
     member_ids: &[String],
     wakes: &mut Wakes,
 ) -> QueryResult<(GroupRow, i64)> {
-    conn.transaction(|conn| {
-        let now = now_utc();
-        let group_id: i64 = diesel::insert_into(groups::table)
-            .values(&NewGroup {
-                name,
-                owner_id,
-                last_msg_id: 0,
-                created_at: now,
-                last_activity_at: now,
-            })
-            .returning(groups::group_id)
-            .get_result(conn)?;
-        let mut rows = vec![NewMember::joining(group_id, owner_id, Role::Owner, 0, now)];
-        rows.extend(
-            member_ids
-                .iter()
-                .filter(|id| id.as_str() != owner_id)
-                .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
-        );
-        let member_count = rows.len() as i64;
-        on_engine!(conn, |c| diesel::insert_into(group_members::table)
-            .values(&rows)
-            .execute(c))?;
-        let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
-        record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
-        for user in joined {
-            wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
-        }
-        let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
-        Ok((group, member_count))
-    })
+    let now = now_utc();
+    let group_id: i64 = diesel::insert_into(groups::table)
+        .values(&NewGroup {
+            name,
+            owner_id,
+            last_msg_id: 0,
+            created_at: now,
+            last_activity_at: now,
+        })
+        .returning(groups::group_id)
+        .get_result(conn)?;
+    let mut rows = vec![NewMember::joining(group_id, owner_id, Role::Owner, 0, now)];
+    rows.extend(
+        member_ids
+            .iter()
+            .filter(|id| id.as_str() != owner_id)
+            .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
+    );
+    let member_count = rows.len() as i64;
+    on_engine!(conn, |c| diesel::insert_into(group_members::table)
+        .values(&rows)
+        .execute(c))?;
+    let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
+    record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+    for user in joined {
+        wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
+    }
+    let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
+    Ok((group, member_count))
 }
 
 pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option<GroupRow>> {
@@ -73,6 +71,24 @@ pub fn allocate_msg_id(
         ))
         .returning(groups::last_msg_id)
         .get_result(conn)
+}
+
+/// Hands back the id [`allocate_msg_id`] just gave out, in the same transaction (which still
+/// holds the group's row lock, so no other send took a later one), and the activity time with
+/// it: the previous message's, or the group's creation when there is none (or it expired).
+pub fn release_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<()> {
+    let previous_activity = diesel::dsl::sql::<diesel::sql_types::Timestamp>(
+        "COALESCE((SELECT m.created_at FROM group_msgs m \
+                   WHERE m.group_id = groups.group_id AND m.msg_id = groups.last_msg_id - 1), \
+                  groups.created_at)",
+    );
+    diesel::update(groups::table.find(group_id))
+        .set((
+            groups::last_msg_id.eq(groups::last_msg_id - 1),
+            groups::last_activity_at.eq(previous_activity),
+        ))
+        .execute(conn)
+        .map(|_| ())
 }
 
 /// Reads the group's last message id while holding its row lock (PostgreSQL) until the

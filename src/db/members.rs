@@ -5,7 +5,7 @@ use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::access::{member_of, Abort, Checked, Refusal};
+use super::access::{member_of, Checked, Refusal};
 use super::devices;
 use super::groups::{count_members, lock_last_msg_id};
 use super::member_events::{record_member_events, MemberEventKind};
@@ -13,9 +13,9 @@ use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::receipts::record_change;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
-use crate::on_engine;
 use crate::schema::{group_members, groups};
 use crate::wake::{WakeEvent, Wakes};
+use crate::{on_engine, refuse_unless};
 
 pub fn find_member(
     conn: &mut AnyConnection,
@@ -58,41 +58,36 @@ pub fn add_members(
     max_members: i64,
     wakes: &mut Wakes,
 ) -> Checked<Vec<String>> {
-    let outcome = conn.transaction::<_, Abort, _>(|conn| {
-        member_of(conn, group_id, actor_id)??.require_owner("add members")?;
-        let last_msg_id = lock_last_msg_id(conn, group_id)?;
-        let existing: Vec<String> = group_members::table
-            .filter(group_members::group_id.eq(group_id))
-            .filter(group_members::user_id.eq_any(user_ids))
-            .select(group_members::user_id)
-            .load(conn)?;
-        let now = now_utc();
-        let rows: Vec<NewMember> = user_ids
-            .iter()
-            .filter(|id| !existing.contains(id))
-            .map(|id| NewMember::joining(group_id, id, Role::Member, last_msg_id, now))
-            .collect();
-        let current = count_members(conn, group_id)?;
-        if current + rows.len() as i64 > max_members {
-            let max = max_members;
-            return Err(Refusal::TooManyMembers { current, max }.into());
-        }
-        if !rows.is_empty() {
-            on_engine!(conn, |c| diesel::insert_into(group_members::table)
-                .values(&rows)
-                .execute(c))?;
-        }
-        let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
-        record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
-        Ok(rows.into_iter().map(|r| r.user_id).collect::<Vec<_>>())
-    });
-    let added = Abort::into_checked(outcome)?;
-    if let Ok(added) = &added {
-        for user in added {
-            wakes.record(WakeEvent::MembershipChanged(user.clone()));
-        }
+    let actor = refuse_unless!(member_of(conn, group_id, actor_id)?);
+    refuse_unless!(actor.require_owner("add members"));
+    let last_msg_id = lock_last_msg_id(conn, group_id)?;
+    let existing: Vec<String> = group_members::table
+        .filter(group_members::group_id.eq(group_id))
+        .filter(group_members::user_id.eq_any(user_ids))
+        .select(group_members::user_id)
+        .load(conn)?;
+    let now = now_utc();
+    let rows: Vec<NewMember> = user_ids
+        .iter()
+        .filter(|id| !existing.contains(id))
+        .map(|id| NewMember::joining(group_id, id, Role::Member, last_msg_id, now))
+        .collect();
+    let current = count_members(conn, group_id)?;
+    if current + rows.len() as i64 > max_members {
+        let max = max_members;
+        return Ok(Err(Refusal::TooManyMembers { current, max }));
     }
-    Ok(added)
+    if !rows.is_empty() {
+        on_engine!(conn, |c| diesel::insert_into(group_members::table)
+            .values(&rows)
+            .execute(c))?;
+    }
+    let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
+    record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+    for user in &joined {
+        wakes.record(WakeEvent::MembershipChanged((*user).to_owned()));
+    }
+    Ok(Ok(rows.into_iter().map(|r| r.user_id).collect()))
 }
 
 /// `actor_id` removes `user_id` from the group: the owner anyone but themselves, any member
@@ -105,40 +100,34 @@ pub fn remove_member(
     user_id: &str,
     wakes: &mut Wakes,
 ) -> Checked<()> {
-    let outcome = conn.transaction::<_, Abort, _>(|conn| {
-        let actor = member_of(conn, group_id, actor_id)??;
-        if user_id != actor_id {
-            actor.require_owner("remove other members")?;
-        }
-        if user_id == actor.group.owner_id {
-            return Err(Refusal::OwnerCannotLeave.into());
-        }
-        let Some(member) = find_member(conn, group_id, user_id)? else {
-            let user_id = user_id.to_owned();
-            return Err(Refusal::NoSuchMember { user_id }.into());
-        };
-        diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
-        // Read after the delete: a message committed meanwhile is in the range too.
-        let last_msg_id: i64 = groups::table
-            .find(group_id)
-            .select(groups::last_msg_id)
-            .first(conn)?;
-        record_change(
-            conn,
-            GroupId(group_id),
-            user_id,
-            MsgId(member.joined_after_msg_id),
-            MsgId(last_msg_id),
-        )?;
-        record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
-        Ok(())
-    });
-    let removed = Abort::into_checked(outcome)?;
-    if removed.is_ok() {
-        wakes.record(WakeEvent::CursorMoved(group_id));
-        wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
+    let actor = refuse_unless!(member_of(conn, group_id, actor_id)?);
+    if user_id != actor_id {
+        refuse_unless!(actor.require_owner("remove other members"));
     }
-    Ok(removed)
+    if user_id == actor.group.owner_id {
+        return Ok(Err(Refusal::OwnerCannotLeave));
+    }
+    let Some(member) = find_member(conn, group_id, user_id)? else {
+        let user_id = user_id.to_owned();
+        return Ok(Err(Refusal::NoSuchMember { user_id }));
+    };
+    diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
+    // Read after the delete: a message committed meanwhile is in the range too.
+    let last_msg_id: i64 = groups::table
+        .find(group_id)
+        .select(groups::last_msg_id)
+        .first(conn)?;
+    record_change(
+        conn,
+        GroupId(group_id),
+        user_id,
+        MsgId(member.joined_after_msg_id),
+        MsgId(last_msg_id),
+    )?;
+    record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
+    wakes.record(WakeEvent::CursorMoved(group_id));
+    wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
+    Ok(Ok(()))
 }
 
 /// The ids of every group the user belongs to (what their long-polls wait on).

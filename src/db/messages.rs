@@ -1,16 +1,17 @@
 //! Queries on `group_msgs`: the idempotent send and the two page directions.
 
 use diesel::prelude::*;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 
 use super::access::{member_of, Checked, Refusal};
-use super::groups::allocate_msg_id;
+use super::groups::{allocate_msg_id, release_msg_id};
 use super::members::{advance_past_own_message, read_past_expired};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::group_msgs;
 use crate::wake::{WakeEvent, Wakes};
+use crate::{on_engine, refuse_unless};
 
 pub enum SendOutcome {
     Created(MessageRow),
@@ -18,11 +19,12 @@ pub enum SendOutcome {
     Existing(MessageRow),
 }
 
-/// Stores a message once. A retry or a racing duplicate with the same `client_msg_id` gets
-/// the original: the unique index decides, and the loser's transaction (with its id
-/// increment) rolls back, so ids stay contiguous. There is no lookup before the insert:
-/// retries are rare, and the hot path saves a query (one PostgreSQL also planned badly on
-/// young tables, walking a sender's whole history per send).
+/// Stores a message once (inside the transaction `Db::write_checked` runs it in). A retry or a
+/// racing duplicate with the same `client_msg_id` gets the original: the unique index decides
+/// (`ON CONFLICT DO NOTHING`), and the duplicate hands its id back, so ids stay contiguous.
+/// There is no lookup before the insert: retries are rare, and the hot path saves a query
+/// (PostgreSQL also planned such a lookup badly on young tables, walking a sender's whole
+/// history per send).
 pub fn send(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -32,47 +34,43 @@ pub fn send(
     content: &str,
     wakes: &mut Wakes,
 ) -> Checked<SendOutcome> {
-    if let Err(refusal) = member_of(conn, group_id, sender_id)? {
-        return Ok(Err(refusal));
+    refuse_unless!(member_of(conn, group_id, sender_id)?);
+    let now = now_utc();
+    let msg_id = allocate_msg_id(conn, group_id, now)?;
+    let message = NewMessage {
+        group_id,
+        msg_id,
+        sender_id,
+        client_msg_id,
+        content,
+        created_at: now,
+    };
+    let inserted = on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
+        .values(&message)
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    if inserted == 0 {
+        // Sent before: the group row is still locked by this transaction, so the id can go
+        // back and the next send takes it.
+        release_msg_id(conn, group_id)?;
+        let original = find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
+            .ok_or(DieselError::NotFound)?;
+        return Ok(Ok(SendOutcome::Existing(original)));
     }
-    let stored = conn.transaction(|conn| {
-        let now = now_utc();
-        let msg_id = allocate_msg_id(conn, group_id, now)?;
-        let message = NewMessage {
-            group_id,
-            msg_id,
-            sender_id,
-            client_msg_id,
-            content,
-            created_at: now,
-        };
-        diesel::insert_into(group_msgs::table)
-            .values(&message)
-            .execute(conn)?;
-        advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id))?;
-        Ok(MessageRow {
-            group_id,
-            msg_id,
-            sender_id: sender_id.to_owned(),
-            client_msg_id: client_msg_id.to_owned(),
-            content: content.to_owned(),
-            created_at: message.created_at,
-        })
-    });
-    match stored {
-        Ok(row) => {
-            wakes.record(WakeEvent::MessageSent(group_id));
-            Ok(Ok(SendOutcome::Created(row)))
-        }
-        Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-            find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
-                .map(|row| Ok(SendOutcome::Existing(row)))
-                .ok_or(DieselError::NotFound)
-        }
+    match advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id)) {
         // The sender's membership row vanished between the check and the write.
-        Err(DieselError::NotFound) => Ok(Err(Refusal::NotMember { group_id })),
-        Err(e) => Err(e),
+        Err(DieselError::NotFound) => return Ok(Err(Refusal::NotMember { group_id })),
+        other => other?,
     }
+    wakes.record(WakeEvent::MessageSent(group_id));
+    Ok(Ok(SendOutcome::Created(MessageRow {
+        group_id,
+        msg_id,
+        sender_id: sender_id.to_owned(),
+        client_msg_id: client_msg_id.to_owned(),
+        content: content.to_owned(),
+        created_at: now,
+    })))
 }
 
 pub fn find_by_client_msg_id(
@@ -140,12 +138,10 @@ pub fn delete_messages_before(
         *highest = (*highest).max(*msg_id);
     }
     let ids: Vec<i64> = expired.iter().map(|(id, ..)| *id).collect();
-    conn.transaction(|conn| {
-        for (group_id, msg_id) in through {
-            read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
-        }
-        diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
-    })
+    for (group_id, msg_id) in through {
+        read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
+    }
+    diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
 }
 
 /// Up to `limit` messages with ids above `after_msg_id`, ascending.

@@ -1,6 +1,7 @@
 //! The pools and the only two ways handlers reach the database: [`Db::read`] and
 //! [`Db::write`], each on a blocking thread with a pooled connection.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use diesel::prelude::*;
@@ -80,40 +81,56 @@ impl Db {
         run_blocking(self.reader.clone(), f).await
     }
 
-    /// Runs `f` in one transaction on the writer connection (SQLite) or a pooled one
+    /// Runs `f` as one transaction on the writer connection (SQLite) or a pooled one
     /// (PostgreSQL). The wake-ups `f` records are announced to other instances inside that
     /// transaction and wake this process's waiters after it commits; a write that fails wakes
-    /// no one.
+    /// no one. Writes that may be refused use [`Db::write_checked`].
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
+        let outcome = self
+            .write_checked(move |conn, wakes| f(conn, wakes).map(Ok::<T, Infallible>))
+            .await?;
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Db::write`] for a write that may refuse (say, the caller is not a member): a refusal
+    /// rolls back whatever the write did before it, and wakes no one.
+    pub async fn write_checked<T, R, F>(&self, f: F) -> Result<Result<T, R>, DbError>
+    where
+        F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<Result<T, R>> + Send + 'static,
+        T: Send + 'static,
+        R: Send + 'static,
+    {
         let instance = self
             .notifier
             .as_ref()
             .map_or(TOOL_INSTANCE.to_owned(), |n| n.instance_id().to_owned());
-        let (value, wakes) = run_blocking(self.writer.clone(), move |conn| {
+        let outcome = run_blocking(self.writer.clone(), move |conn| {
             let mut wakes = Wakes::default();
-            let value = match conn {
-                AnyConnection::Sqlite(_) => write_immediately(conn, |c| f(c, &mut wakes))?,
-                AnyConnection::Postgresql(_) => {
-                    conn.transaction::<_, diesel::result::Error, _>(|c| {
-                        let value = f(c, &mut wakes)?;
-                        announce::announce(c, &instance, &wakes)?;
-                        Ok(value)
-                    })?
+            let outcome = in_transaction(conn, |c| match f(c, &mut wakes)? {
+                Ok(value) => {
+                    announce::announce(c, &instance, &wakes)?;
+                    Ok(Ok(value))
                 }
-            };
-            Ok((value, wakes))
+                Err(refusal) => Ok(Err(refusal)),
+            })?;
+            Ok(outcome.map(|value| (value, wakes)))
         })
         .await?;
-        if let Some(notifier) = &self.notifier {
-            for event in wakes.events() {
-                notifier.wake(event);
+        Ok(outcome.map(|(value, wakes)| {
+            if let Some(notifier) = &self.notifier {
+                for event in wakes.events() {
+                    notifier.wake(event);
+                }
             }
-        }
-        Ok(value)
+            value
+        }))
     }
 
     /// Connections checked out and connections idle, summed over the pools.
@@ -143,23 +160,32 @@ where
     .map_err(|_| DbError::Task)?
 }
 
-/// SQLite: runs `f` in a `BEGIN IMMEDIATE` transaction, so the write lock is taken (waiting up
-/// to the busy timeout) before the first read; transactions inside `f` become savepoints.
-fn write_immediately<T, F>(conn: &mut AnyConnection, f: F) -> QueryResult<T>
+/// Runs `f` in one transaction, committed when it returns `Ok(Ok(_))` and rolled back
+/// otherwise. SQLite begins with `BEGIN IMMEDIATE`, so the write lock is taken (waiting up to
+/// the busy timeout) before the first read; a transaction inside `f` becomes a savepoint.
+fn in_transaction<T, R, F>(conn: &mut AnyConnection, f: F) -> QueryResult<Result<T, R>>
 where
-    F: FnOnce(&mut AnyConnection) -> QueryResult<T>,
+    F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>>,
 {
     use diesel::connection::{AnsiTransactionManager, TransactionManager};
-    if let AnyConnection::Sqlite(c) = conn {
-        AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?;
+    type Manager = <AnyConnection as Connection>::TransactionManager;
+    match conn {
+        AnyConnection::Sqlite(c) => {
+            AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?
+        }
+        AnyConnection::Postgresql(_) => Manager::begin_transaction(conn)?,
     }
     match f(conn) {
-        Ok(value) => {
-            <AnyConnection as Connection>::TransactionManager::commit_transaction(conn)?;
-            Ok(value)
+        Ok(Ok(value)) => {
+            Manager::commit_transaction(conn)?;
+            Ok(Ok(value))
+        }
+        Ok(Err(refusal)) => {
+            Manager::rollback_transaction(conn)?;
+            Ok(Err(refusal))
         }
         Err(e) => {
-            let _ = <AnyConnection as Connection>::TransactionManager::rollback_transaction(conn);
+            let _ = Manager::rollback_transaction(conn);
             Err(e)
         }
     }
