@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use secrecy::{ExposeSecret, SecretSlice, SecretString};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{DeviceId, UserId};
@@ -109,34 +110,59 @@ impl TokenKeys {
     }
 }
 
+/// The secret that signs tokens and long-poll cursors.
+pub struct SigningSecret {
+    pub bytes: SecretSlice<u8>,
+    /// True when the secret was generated for development rather than configured.
+    pub development: bool,
+}
+
 /// The configured secret, or else the development secret kept in the data directory (created
-/// on first use, readable by the owner only). Returns the secret and whether it is for development.
-pub fn load_secret(configured: Option<&str>, data_dir: &Path) -> anyhow::Result<(Vec<u8>, bool)> {
+/// on first use, readable by the owner only).
+pub fn load_secret(
+    configured: Option<&SecretString>,
+    data_dir: &Path,
+) -> anyhow::Result<SigningSecret> {
     if let Some(secret) = configured {
+        let secret = secret.expose_secret();
         anyhow::ensure!(
             secret.len() >= MIN_SECRET_BYTES,
             "CHORUS_JWT_SECRET must be at least {MIN_SECRET_BYTES} bytes"
         );
-        return Ok((secret.as_bytes().to_vec(), false));
+        return Ok(SigningSecret {
+            bytes: secret.as_bytes().to_vec().into(),
+            development: false,
+        });
     }
     let path = data_dir.join(DEV_SECRET_FILE);
-    if let Ok(existing) = std::fs::read_to_string(&path) {
-        let existing = existing.trim();
-        anyhow::ensure!(
-            existing.len() >= MIN_SECRET_BYTES,
-            "{} is too short; delete it to generate a new one",
-            path.display()
-        );
-        return Ok((existing.as_bytes().to_vec(), true));
-    }
-    std::fs::create_dir_all(data_dir)?;
-    let secret: String = {
-        use rand::Rng;
-        let bytes: [u8; 32] = rand::rng().random();
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let secret = match std::fs::read_to_string(&path) {
+        Ok(existing) => {
+            let existing = existing.trim();
+            anyhow::ensure!(
+                existing.len() >= MIN_SECRET_BYTES,
+                "{} is too short; delete it to generate a new one",
+                path.display()
+            );
+            existing.to_owned()
+        }
+        Err(_) => {
+            std::fs::create_dir_all(data_dir)?;
+            let secret = generate_secret();
+            write_private(&path, &secret)?;
+            secret
+        }
     };
-    write_private(&path, &secret)?;
-    Ok((secret.into_bytes(), true))
+    Ok(SigningSecret {
+        bytes: secret.into_bytes().into(),
+        development: true,
+    })
+}
+
+/// 32 random bytes as hex: a secret as strong as HS256 can use, and printable.
+fn generate_secret() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {

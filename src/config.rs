@@ -1,11 +1,13 @@
 //! Settings, from command-line flags or `CHORUS_*` environment variables (flags win).
-//! The secret is never printed: `Debug` on [`Settings`] masks it.
+//! Every default is written once, in [`defaults`]. Secrets never reach a log: the JWT secret is
+//! a [`SecretString`] (its `Debug` prints `[REDACTED]`) and the database URL's password is
+//! hidden by [`redact_url`] in `Debug` and in `--help`.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::SecretString;
 
 use crate::db::DbSettings;
 
@@ -38,7 +40,7 @@ pub enum Command {
         #[arg(long)]
         device: Option<String>,
         /// How long the token stays valid, in hours.
-        #[arg(long, default_value_t = 24)]
+        #[arg(long, default_value_t = defaults::TOKEN_TTL_HOURS)]
         ttl_hours: i64,
     },
 }
@@ -49,93 +51,94 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SqliteSync {
-    /// Every commit reaches the disk before the client hears 2xx (survives power loss).
-    Full,
-    /// Commits survive a process crash; the last ones may be lost on power loss. Faster.
-    Normal,
+/// SQLite durability; defined with the connection set-up that applies it.
+pub use crate::db::SqliteSync;
+
+/// The value of every setting that is not given. The flags (and so `chorus --help`),
+/// [`Settings::defaults`] and the database's one-off connections all read these.
+pub mod defaults {
+    use super::{LogFormat, SqliteSync};
+
+    pub const BIND: &str = "127.0.0.1:8080";
+    pub const DATA_DIR: &str = "chorus-data";
+    pub const POOL_SIZE: u32 = 8;
+    pub const POOL_TIMEOUT_MS: u64 = 3000;
+    pub const STATEMENT_TIMEOUT_MS: u64 = 10_000;
+    pub const SQLITE_SYNC: SqliteSync = SqliteSync::Full;
+    pub const KEEP_ALIVE_SECS: u64 = 75;
+    /// 0: one HTTP worker per core.
+    pub const WORKERS: usize = 0;
+    pub const RECEIPT_RETENTION_SECS: i64 = 7 * 24 * 3600;
+    pub const DEVICE_RETENTION_SECS: i64 = 30 * 24 * 3600;
+    pub const RETENTION_INTERVAL_SECS: u64 = 60;
+    pub const LONGPOLL_MAX_PER_USER: usize = 8;
+    pub const LONGPOLL_MAX_TOTAL: usize = 20_000;
+    pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+    pub const LOG: &str = "info";
+    /// `chorus token --ttl-hours`.
+    pub const TOKEN_TTL_HOURS: i64 = 24;
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, derive_more::Debug)]
 pub struct Settings {
     /// Address and port to listen on.
-    #[arg(
-        long,
-        env = "CHORUS_BIND",
-        default_value = "127.0.0.1:8080",
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_BIND", default_value = defaults::BIND, global = true)]
     pub bind: String,
 
     /// Database URL: postgres://… for PostgreSQL, or a SQLite file path. Unset: an embedded
     /// SQLite file in the data directory.
-    #[arg(long, env = "CHORUS_DATABASE_URL", global = true)]
+    #[arg(
+        long,
+        env = "CHORUS_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    #[debug("{:?}", database_url.as_deref().map(redact_url))]
     pub database_url: Option<String>,
 
     /// Directory for the embedded database and the development secret.
-    #[arg(
-        long,
-        env = "CHORUS_DATA_DIR",
-        default_value = "chorus-data",
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_DATA_DIR", default_value = defaults::DATA_DIR, global = true)]
     pub data_dir: PathBuf,
 
     /// HS256 secret for bearer tokens (at least 32 bytes). Unset: development mode with a
     /// generated secret kept in the data directory.
     #[arg(long, env = "CHORUS_JWT_SECRET", hide_env_values = true, global = true)]
-    pub jwt_secret: Option<String>,
+    pub jwt_secret: Option<SecretString>,
 
     /// Database connections (PostgreSQL: the pool; SQLite: readers, plus one writer).
-    #[arg(long, env = "CHORUS_POOL_SIZE", default_value_t = 8, global = true)]
+    #[arg(long, env = "CHORUS_POOL_SIZE", default_value_t = defaults::POOL_SIZE, global = true)]
     pub pool_size: u32,
 
     /// How long a request waits for a database connection before it gets 503.
-    #[arg(
-        long,
-        env = "CHORUS_POOL_TIMEOUT_MS",
-        default_value_t = 3000,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_POOL_TIMEOUT_MS", default_value_t = defaults::POOL_TIMEOUT_MS, global = true)]
     pub pool_timeout_ms: u64,
 
     /// PostgreSQL: longest a single statement may run before it is cancelled (the request
     /// then gets 503).
-    #[arg(
-        long,
-        env = "CHORUS_STATEMENT_TIMEOUT_MS",
-        default_value_t = 10_000,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_STATEMENT_TIMEOUT_MS", default_value_t = defaults::STATEMENT_TIMEOUT_MS, global = true)]
     pub statement_timeout_ms: u64,
 
     /// SQLite durability.
-    #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = SqliteSync::Full, global = true)]
+    #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = defaults::SQLITE_SYNC, global = true)]
     pub sqlite_sync: SqliteSync,
 
     /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
     /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
-    #[arg(
-        long,
-        env = "CHORUS_KEEP_ALIVE_SECS",
-        default_value_t = 75,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_KEEP_ALIVE_SECS", default_value_t = defaults::KEEP_ALIVE_SECS, global = true)]
     pub keep_alive_secs: u64,
 
     /// HTTP worker threads (0: one per core).
-    #[arg(long, env = "CHORUS_WORKERS", default_value_t = 0, global = true)]
+    #[arg(long, env = "CHORUS_WORKERS", default_value_t = defaults::WORKERS, global = true)]
     pub workers: usize,
 
     /// How long receipt changes are kept for `/v1/receipts`, and how old a long-poll cursor
     /// may be before it gets 410 `cursor_expired`.
-    #[arg(long, env = "CHORUS_RECEIPT_RETENTION_SECS", default_value_t = 7 * 24 * 3600, global = true)]
+    #[arg(long, env = "CHORUS_RECEIPT_RETENTION_SECS", default_value_t = defaults::RECEIPT_RETENTION_SECS, global = true)]
     pub receipt_retention_secs: i64,
 
     /// Forget a device (and its delivered cursors) unused for this many seconds; a signed-out
     /// device's refusal of its old tokens is kept as long.
-    #[arg(long, env = "CHORUS_DEVICE_RETENTION_SECS", default_value_t = 30 * 24 * 3600, global = true)]
+    #[arg(long, env = "CHORUS_DEVICE_RETENTION_SECS", default_value_t = defaults::DEVICE_RETENTION_SECS, global = true)]
     pub device_retention_secs: i64,
 
     /// Delete messages older than this many seconds. Unset: keep messages forever.
@@ -143,144 +146,176 @@ pub struct Settings {
     pub message_retention_secs: Option<i64>,
 
     /// How often the retention job deletes expired receipt changes (and messages).
-    #[arg(
-        long,
-        env = "CHORUS_RETENTION_INTERVAL_SECS",
-        default_value_t = 60,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_RETENTION_INTERVAL_SECS", default_value_t = defaults::RETENTION_INTERVAL_SECS, global = true)]
     pub retention_interval_secs: u64,
 
     /// Long-polls one user may have waiting at once; more get 429.
-    #[arg(
-        long,
-        env = "CHORUS_LONGPOLL_MAX_PER_USER",
-        default_value_t = 8,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_LONGPOLL_MAX_PER_USER", default_value_t = defaults::LONGPOLL_MAX_PER_USER, global = true)]
     pub longpoll_max_per_user: usize,
 
     /// Long-polls the server holds at once; more get 429.
-    #[arg(
-        long,
-        env = "CHORUS_LONGPOLL_MAX_TOTAL",
-        default_value_t = 20_000,
-        global = true
-    )]
+    #[arg(long, env = "CHORUS_LONGPOLL_MAX_TOTAL", default_value_t = defaults::LONGPOLL_MAX_TOTAL, global = true)]
     pub longpoll_max_total: usize,
 
     /// Log output format.
-    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = defaults::LOG_FORMAT, global = true)]
     pub log_format: LogFormat,
 
     /// Log filter, in tracing's EnvFilter syntax.
-    #[arg(long, env = "CHORUS_LOG", default_value = "info", global = true)]
+    #[arg(long, env = "CHORUS_LOG", default_value = defaults::LOG, global = true)]
     pub log: String,
 }
 
-impl fmt::Debug for Settings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("bind", &self.bind)
-            .field(
-                "database_url",
-                &self.database_url.as_deref().map(redact_url),
-            )
-            .field("data_dir", &self.data_dir)
-            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<set>"))
-            .field("pool_size", &self.pool_size)
-            .field("pool_timeout_ms", &self.pool_timeout_ms)
-            .field("statement_timeout_ms", &self.statement_timeout_ms)
-            .field("sqlite_sync", &self.sqlite_sync)
-            .field("keep_alive_secs", &self.keep_alive_secs)
-            .field("workers", &self.workers)
-            .field("receipt_retention_secs", &self.receipt_retention_secs)
-            .field("device_retention_secs", &self.device_retention_secs)
-            .field("message_retention_secs", &self.message_retention_secs)
-            .field("retention_interval_secs", &self.retention_interval_secs)
-            .field("longpoll_max_per_user", &self.longpoll_max_per_user)
-            .field("longpoll_max_total", &self.longpoll_max_total)
-            .field("log_format", &self.log_format)
-            .finish()
-    }
-}
-
 impl Settings {
-    /// Defaults for everything, as if no flag or variable was given (tests start from this).
+    /// Every setting at its default, as if no flag or variable was given (tests start here).
     pub fn defaults() -> Settings {
         Settings {
-            bind: "127.0.0.1:8080".into(),
+            bind: defaults::BIND.into(),
             database_url: None,
-            data_dir: "chorus-data".into(),
+            data_dir: defaults::DATA_DIR.into(),
             jwt_secret: None,
-            pool_size: 8,
-            pool_timeout_ms: 3000,
-            statement_timeout_ms: 10_000,
-            sqlite_sync: SqliteSync::Full,
-            keep_alive_secs: 75,
-            workers: 0,
-            receipt_retention_secs: 7 * 24 * 3600,
-            device_retention_secs: 30 * 24 * 3600,
+            pool_size: defaults::POOL_SIZE,
+            pool_timeout_ms: defaults::POOL_TIMEOUT_MS,
+            statement_timeout_ms: defaults::STATEMENT_TIMEOUT_MS,
+            sqlite_sync: defaults::SQLITE_SYNC,
+            keep_alive_secs: defaults::KEEP_ALIVE_SECS,
+            workers: defaults::WORKERS,
+            receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
+            device_retention_secs: defaults::DEVICE_RETENTION_SECS,
             message_retention_secs: None,
-            retention_interval_secs: 60,
-            longpoll_max_per_user: 8,
-            longpoll_max_total: 20_000,
-            log_format: LogFormat::Text,
-            log: "info".into(),
+            retention_interval_secs: defaults::RETENTION_INTERVAL_SECS,
+            longpoll_max_per_user: defaults::LONGPOLL_MAX_PER_USER,
+            longpoll_max_total: defaults::LONGPOLL_MAX_TOTAL,
+            log_format: defaults::LOG_FORMAT,
+            log: defaults::LOG.into(),
         }
     }
 
-    /// The database to use; the embedded default lives in the data directory.
+    /// The database to use; the embedded default lives in the data directory (created here).
     pub fn db_settings(&self) -> std::io::Result<DbSettings> {
-        let url = match &self.database_url {
-            Some(url) => url.strip_prefix("sqlite://").unwrap_or(url).to_owned(),
+        match &self.database_url {
+            Some(url) => Ok(self.db_settings_for_url(url)),
             None => {
                 std::fs::create_dir_all(&self.data_dir)?;
-                self.data_dir.join("chorus.sqlite3").display().to_string()
+                let path = self.data_dir.join("chorus.sqlite3");
+                Ok(self.db_settings_for_url(&path.display().to_string()))
             }
-        };
-        Ok(DbSettings {
-            url,
+        }
+    }
+
+    /// These settings applied to the database at `url` (a `sqlite://` prefix is dropped).
+    /// Touches nothing, so tools and tests can take the defaults from
+    /// `Settings::defaults().db_settings_for_url(url)`.
+    pub fn db_settings_for_url(&self, url: &str) -> DbSettings {
+        DbSettings {
+            url: url.strip_prefix("sqlite://").unwrap_or(url).to_owned(),
             pool_size: self.pool_size,
             pool_timeout: Duration::from_millis(self.pool_timeout_ms),
             statement_timeout: Duration::from_millis(self.statement_timeout_ms),
-            sqlite_synchronous: match self.sqlite_sync {
-                SqliteSync::Full => "FULL".into(),
-                SqliteSync::Normal => "NORMAL".into(),
-            },
-        })
+            sqlite_sync: self.sqlite_sync,
+        }
     }
 }
 
-/// The URL with any password replaced, for logs.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}://{}:***@{}", &url[..scheme_end], user, &url[at + 1..])
-        }
-        _ => url.to_owned(),
+/// The URL with its password (if it has one) replaced by `***`, for logs. A password can sit
+/// in the user info (`postgres://user:pass@host/db`) or, for libpq, in a `password=` query
+/// parameter; a URL without either, and a SQLite path, come back unchanged.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(url) => redact_parsed(url).unwrap_or_else(|| raw.to_owned()),
+        // Not a URL (a SQLite path), or one too broken to parse that libpq might still read:
+        // hide everything that could be user info.
+        Err(_) => match (raw.find("://"), raw.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                format!("{}://***@{}", &raw[..scheme_end], &raw[at + 1..])
+            }
+            _ => raw.to_owned(),
+        },
     }
+}
+
+/// The redacted URL, or None when it holds no password.
+fn redact_parsed(mut url: url::Url) -> Option<String> {
+    let in_query = url.query_pairs().any(|(key, _)| key == "password");
+    if url.password().is_none() && !in_query {
+        return None;
+    }
+    if url.password().is_some() {
+        // Only fails for URLs that cannot have a password, which this one has.
+        url.set_password(Some("***")).ok()?;
+    }
+    if in_query {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if k == "password" { "***".into() } else { v };
+                (k.into_owned(), v.into_owned())
+            })
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    Some(url.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{CommandFactory, FromArgMatches};
 
     #[test]
-    fn redact_url_hides_password() {
+    fn redact_url_hides_a_password_in_user_info_or_query() {
         assert_eq!(
             redact_url("postgres://u:secret@h:5432/db"),
             "postgres://u:***@h:5432/db"
         );
+        assert_eq!(
+            redact_url("postgres://u@h/db?sslmode=require&password=secret"),
+            "postgres://u@h/db?sslmode=require&password=***"
+        );
+        assert_eq!(redact_url("postgres://u:p#ss@h/db"), "postgres://***@h/db");
+    }
+
+    #[test]
+    fn redact_url_leaves_urls_without_a_password_alone() {
+        let no_password = "postgres://postgres@127.0.0.1:5432/chorus";
+        assert_eq!(redact_url(no_password), no_password);
         assert_eq!(redact_url("chorus-data/x.sqlite3"), "chorus-data/x.sqlite3");
     }
 
     #[test]
-    fn debug_never_prints_the_secret() {
+    fn debug_never_prints_secrets_but_shows_every_other_setting() {
         let mut s = Settings::defaults();
         s.jwt_secret = Some("super-secret-value-that-is-long-enough".into());
-        assert!(!format!("{s:?}").contains("super-secret"));
+        s.database_url = Some("postgres://u:db-password@h/db".into());
+        s.log = "chorus=debug".into();
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("super-secret"), "{printed}");
+        assert!(!printed.contains("db-password"), "{printed}");
+        assert!(printed.contains("postgres://u:***@h/db"), "{printed}");
+        assert!(printed.contains("chorus=debug"), "{printed}");
+    }
+
+    #[test]
+    fn defaults_are_what_the_flags_give_when_nothing_is_set() {
+        // Ignore the CHORUS_* variables of whoever runs the test.
+        let command = Cli::command().mut_args(|arg| arg.env(None::<&str>));
+        let matches = command.try_get_matches_from(["chorus"]).expect("no flags");
+        let parsed = Cli::from_arg_matches(&matches).expect("settings");
+        assert_eq!(
+            format!("{:?}", parsed.settings),
+            format!("{:?}", Settings::defaults())
+        );
+    }
+
+    #[test]
+    fn database_settings_take_the_pool_and_timeouts_from_the_settings() {
+        let db = Settings::defaults().db_settings_for_url("sqlite://x.sqlite3");
+        assert_eq!(db.url, "x.sqlite3");
+        assert_eq!(db.pool_size, defaults::POOL_SIZE);
+        assert_eq!(
+            db.pool_timeout,
+            Duration::from_millis(defaults::POOL_TIMEOUT_MS)
+        );
+        assert_eq!(db.sqlite_sync, SqliteSync::Full);
     }
 }

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
+use secrecy::ExposeSecret;
 
 use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
-use crate::db::{self, Db, Engine};
+use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
 use crate::retention::{self, RetentionPolicy};
@@ -20,69 +21,39 @@ use crate::retention::{self, RetentionPolicy};
 pub struct Application {
     port: u16,
     server: Server,
-    state: web::Data<AppState>,
+    notifier: Arc<Notifier>,
 }
 
 impl Application {
+    /// Opens and migrates the database, loads the keys, starts the background jobs and binds
+    /// the listener; the server runs once [`Application::run_until_stopped`] is awaited.
     pub async fn build(settings: &Settings) -> anyhow::Result<Application> {
         let db_settings = settings.db_settings()?;
-        tracing::info!(database = %redact_url(&db_settings.url), "connecting");
-        let mut conn = db::connect_once(&db_settings)
-            .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
-        let applied = db::run_migrations(&mut conn)?;
-        drop(conn);
-        if applied > 0 {
-            tracing::info!(applied, "migrations applied");
-        }
         let notifier = Notifier::new(WaiterLimits {
             per_user: settings.longpoll_max_per_user,
             total: settings.longpoll_max_total,
         });
-        let db = Db::connect(&db_settings)?.waking(notifier.clone());
-        let (secret, development) =
-            auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
-        let keys = TokenKeys::new(&secret, development)?;
-        let cursors = CursorSigner::new(&secret);
-        if keys.development {
-            tracing::warn!(
-                data_dir = %settings.data_dir.display(),
-                "development mode: no CHORUS_JWT_SECRET set, using a generated secret from the data directory"
-            );
-        }
+        let db = open_database(&db_settings)?.waking(notifier.clone());
+        let (keys, cursors) = signing_keys(settings)?;
         let listener = TcpListener::bind(&settings.bind)?;
         let port = listener.local_addr()?.port();
-        if db.engine() == Engine::Postgres {
-            tokio::spawn(notify::run_pg_listener(
-                db_settings.url.clone(),
-                notifier.clone(),
-            ));
-        }
-        let policy = RetentionPolicy {
-            receipt_changes_secs: settings.receipt_retention_secs,
-            devices_secs: settings.device_retention_secs,
-            messages_secs: settings.message_retention_secs,
-        };
-        tokio::spawn(retention::run(
-            db.clone(),
-            policy,
-            Duration::from_secs(settings.retention_interval_secs),
-        ));
+        spawn_background_jobs(settings, &db_settings, &db, &notifier);
         let state = web::Data::new(AppState {
             db,
             keys,
             metrics: web::Data::new(Metrics::new()?),
             cursors,
-            notifier,
+            notifier: notifier.clone(),
             longpoll: LongPollSettings {
                 retention_secs: settings.receipt_retention_secs,
             },
         });
-        let server = build_server(listener, state.clone(), settings)?;
+        let server = build_server(listener, state, settings)?;
         tracing::info!(address = %settings.bind, port, "listening");
         Ok(Application {
             port,
             server,
-            state,
+            notifier,
         })
     }
 
@@ -90,15 +61,11 @@ impl Application {
         self.port
     }
 
-    pub fn state(&self) -> web::Data<AppState> {
-        self.state.clone()
-    }
-
     /// Something that stops this server from elsewhere (tests; the signal handler).
     pub fn stopper(&self) -> Stopper {
         Stopper {
             handle: self.server.handle(),
-            notifier: self.state.notifier.clone(),
+            notifier: self.notifier.clone(),
         }
     }
 
@@ -114,11 +81,65 @@ impl Application {
     }
 }
 
+/// The pools, on a database whose migrations have been applied (by this process or another:
+/// instances starting together take turns through an advisory lock).
+fn open_database(db_settings: &DbSettings) -> anyhow::Result<Db> {
+    tracing::info!(database = %redact_url(&db_settings.url), "connecting");
+    let mut conn = db::connect_once(db_settings)
+        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
+    let applied = db::run_migrations(&mut conn)?;
+    drop(conn);
+    if applied > 0 {
+        tracing::info!(applied, "migrations applied");
+    }
+    Ok(Db::connect(db_settings)?)
+}
+
+/// The token keys and the long-poll cursor signer, both from one secret.
+fn signing_keys(settings: &Settings) -> anyhow::Result<(TokenKeys, CursorSigner)> {
+    let secret = auth::load_secret(settings.jwt_secret.as_ref(), &settings.data_dir)?;
+    let keys = TokenKeys::new(secret.bytes.expose_secret(), secret.development)?;
+    if secret.development {
+        tracing::warn!(
+            data_dir = %settings.data_dir.display(),
+            "development mode: no CHORUS_JWT_SECRET set, using a generated secret from the data directory"
+        );
+    }
+    Ok((keys, CursorSigner::new(secret.bytes.expose_secret())))
+}
+
+/// The PostgreSQL notification listener (other instances' wake-ups) and the retention job.
+fn spawn_background_jobs(
+    settings: &Settings,
+    db_settings: &DbSettings,
+    db: &Db,
+    notifier: &Arc<Notifier>,
+) {
+    if db.engine() == Engine::Postgres {
+        tokio::spawn(notify::run_pg_listener(
+            db_settings.url.clone(),
+            notifier.clone(),
+        ));
+    }
+    let policy = RetentionPolicy {
+        receipt_changes_secs: settings.receipt_retention_secs,
+        devices_secs: settings.device_retention_secs,
+        messages_secs: settings.message_retention_secs,
+    };
+    tokio::spawn(retention::run(
+        db.clone(),
+        policy,
+        Duration::from_secs(settings.retention_interval_secs),
+    ));
+}
+
 /// The token keys; without a configured secret, development keys from the data directory.
 pub fn load_keys(settings: &Settings) -> anyhow::Result<TokenKeys> {
-    let (secret, development) =
-        auth::load_secret(settings.jwt_secret.as_deref(), &settings.data_dir)?;
-    Ok(TokenKeys::new(&secret, development)?)
+    let secret = auth::load_secret(settings.jwt_secret.as_ref(), &settings.data_dir)?;
+    Ok(TokenKeys::new(
+        secret.bytes.expose_secret(),
+        secret.development,
+    )?)
 }
 
 #[derive(Clone)]

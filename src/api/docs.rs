@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use actix_web::HttpResponse;
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 use serde_json::Value;
 
 use super::meta::OPENAPI_YAML;
@@ -18,7 +19,7 @@ h1{margin-bottom:0}h2{border-bottom:1px solid #ddd;margin-top:2.5rem}\
 code,pre{font:13px/1.45 ui-monospace,monospace;background:#f4f5f7;border-radius:4px}\
 code{padding:1px 4px}pre{padding:.7rem;overflow-x:auto}\
 table{border-collapse:collapse;width:100%;margin:.5rem 0}td,th{border-bottom:1px solid #eee;padding:4px 6px;text-align:left;vertical-align:top}\
-nav a{margin-right:1rem}.muted{color:#667}";
+td p{margin:.2rem 0}nav a{margin-right:1rem}.muted{color:#667}";
 
 pub async fn docs() -> HttpResponse {
     static PAGE: OnceLock<String> = OnceLock::new();
@@ -41,72 +42,60 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Just enough Markdown for the spec's descriptions: paragraphs, `##` headings, `-` and `1.`
-/// lists, `code` and **bold**.
+/// A description from the spec as HTML, by pulldown-cmark (CommonMark, plus tables).
+/// Whatever a description says, the page stays free of scripts and outside assets: raw HTML
+/// is shown as text, an image as its alt text, and a link whose destination could run
+/// something (`javascript:`, `data:`) as its text. Headings move one level down, below the
+/// page's own `<h2>` sections.
 fn markdown(text: &str) -> String {
-    let mut html = String::new();
-    for block in text.split("\n\n").map(str::trim).filter(|b| !b.is_empty()) {
-        let lines: Vec<&str> = block.lines().collect();
-        if let Some(heading) = block.strip_prefix("## ") {
-            let _ = write!(html, "<h3>{}</h3>", inline(heading));
-        } else if lines.iter().all(|l| is_item(l) || l.starts_with("  ")) && is_item(lines[0]) {
-            html.push_str("<ul>");
-            let mut item = String::new();
-            for line in lines {
-                if is_item(line) && !item.is_empty() {
-                    let _ = write!(html, "<li>{}</li>", inline(&item));
-                    item.clear();
-                }
-                item.push_str(strip_marker(line.trim()));
-                item.push(' ');
-            }
-            let _ = write!(html, "<li>{}</li></ul>", inline(&item));
-        } else {
-            let _ = write!(html, "<p>{}</p>", inline(&lines.join(" ")));
+    let mut in_unsafe_link = false;
+    let events = Parser::new_ext(text, Options::ENABLE_TABLES).filter_map(|event| match event {
+        Event::Html(raw) | Event::InlineHtml(raw) => Some(Event::Text(raw)),
+        Event::Start(Tag::Image { .. }) | Event::End(TagEnd::Image) => None,
+        Event::Start(Tag::Link { ref dest_url, .. }) if !is_safe_link(dest_url) => {
+            in_unsafe_link = true;
+            None
         }
-    }
+        Event::End(TagEnd::Link) if in_unsafe_link => {
+            in_unsafe_link = false;
+            None
+        }
+        Event::Start(Tag::Heading {
+            level,
+            id,
+            classes,
+            attrs,
+        }) => Some(Event::Start(Tag::Heading {
+            level: one_level_down(level),
+            id,
+            classes,
+            attrs,
+        })),
+        Event::End(TagEnd::Heading(level)) => {
+            Some(Event::End(TagEnd::Heading(one_level_down(level))))
+        }
+        other => Some(other),
+    });
+    let mut html = String::new();
+    pulldown_cmark::html::push_html(&mut html, events);
     html
 }
 
-fn is_item(line: &str) -> bool {
-    let t = line.trim_start();
-    t.starts_with("- ") || numbered(t).is_some()
+fn one_level_down(level: HeadingLevel) -> HeadingLevel {
+    HeadingLevel::try_from(level as usize + 1).unwrap_or(HeadingLevel::H6)
 }
 
-/// The text after a `1. ` marker.
-fn numbered(line: &str) -> Option<&str> {
-    let (n, rest) = line.split_once(". ")?;
-    (!n.is_empty() && n.chars().all(|c| c.is_ascii_digit())).then_some(rest)
-}
-
-fn strip_marker(line: &str) -> &str {
-    line.strip_prefix("- ")
-        .or_else(|| numbered(line))
-        .unwrap_or(line)
-}
-
-fn inline(text: &str) -> String {
-    let mut out = String::new();
-    for (i, part) in escape(text).split('`').enumerate() {
-        if i % 2 == 1 {
-            let _ = write!(out, "<code>{part}</code>");
-        } else {
-            for (j, bold) in part.split("**").enumerate() {
-                if j % 2 == 1 {
-                    let _ = write!(out, "<strong>{bold}</strong>");
-                    continue;
-                }
-                for (k, emphasis) in bold.split('*').enumerate() {
-                    if k % 2 == 1 {
-                        let _ = write!(out, "<em>{emphasis}</em>");
-                    } else {
-                        out.push_str(emphasis);
-                    }
-                }
-            }
+/// Links within the page or the server, and to web and mail addresses; nothing a browser
+/// would run.
+fn is_safe_link(destination: &str) -> bool {
+    let scheme_end = destination.find([':', '/', '?', '#']);
+    match scheme_end {
+        Some(i) if destination[i..].starts_with(':') => {
+            let scheme = destination[..i].to_ascii_lowercase();
+            matches!(scheme.as_str(), "http" | "https" | "mailto")
         }
+        _ => true,
     }
-    out
 }
 
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -193,64 +182,78 @@ fn render_operation(html: &mut String, spec: &Value, path: &str, method: &str, o
         auth = if public { " <span class=\"muted\">(no token)</span>" } else { "" },
         desc = markdown(str_of(op, "description")),
     );
-    if let Some(params) = op["parameters"].as_array().filter(|p| !p.is_empty()) {
-        html.push_str(
-            "<table><tr><th>Parameter</th><th>In</th><th>Type</th><th>Description</th></tr>",
-        );
-        for p in params.iter().map(|p| resolve(spec, p)) {
-            let _ = write!(
-                html,
-                "<tr><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(str_of(p, "name")),
-                if p["required"].as_bool() == Some(true) {
-                    " *"
-                } else {
-                    ""
-                },
-                escape(str_of(p, "in")),
-                type_name(&p["schema"]),
-                inline(str_of(p, "description"))
-            );
-        }
-        html.push_str("</table>");
-    }
-    if let Some(media) = op["requestBody"]["content"]["application/json"].as_object() {
-        let media = Value::Object(media.clone());
-        let _ = write!(html, "<p>Request body: {}</p>", type_name(&media["schema"]));
-        if let Some(example) = example_of(&media) {
-            let _ = write!(html, "<pre>{}</pre>", escape(&example));
-        }
-    }
-    if let Some(responses) = op["responses"].as_object() {
-        html.push_str("<table><tr><th>Status</th><th>Meaning</th><th>Body</th></tr>");
-        for (status, response) in responses {
-            let response = resolve(spec, response);
-            let body = response["content"]
-                .as_object()
-                .and_then(|c| c.values().next())
-                .map(|m| type_name(&m["schema"]))
-                .unwrap_or_default();
-            let _ = write!(
-                html,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                escape(status),
-                inline(str_of(response, "description")),
-                body
-            );
-        }
-        html.push_str("</table>");
-        let ok = responses.iter().find(|(s, _)| s.starts_with('2'));
-        if let Some(example) =
-            ok.and_then(|(_, r)| example_of(&resolve(spec, r)["content"]["application/json"]))
-        {
-            let _ = write!(
-                html,
-                "<details><summary>Example response</summary><pre>{}</pre></details>",
-                escape(&example)
-            );
-        }
-    }
+    render_parameters(html, spec, op);
+    render_request_body(html, op);
+    render_responses(html, spec, op);
     html.push_str("</div>");
+}
+
+fn render_parameters(html: &mut String, spec: &Value, op: &Value) {
+    let Some(params) = op["parameters"].as_array().filter(|p| !p.is_empty()) else {
+        return;
+    };
+    html.push_str("<table><tr><th>Parameter</th><th>In</th><th>Type</th><th>Description</th></tr>");
+    for p in params.iter().map(|p| resolve(spec, p)) {
+        let _ = write!(
+            html,
+            "<tr><td><code>{}</code>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(str_of(p, "name")),
+            if p["required"].as_bool() == Some(true) {
+                " *"
+            } else {
+                ""
+            },
+            escape(str_of(p, "in")),
+            type_name(&p["schema"]),
+            markdown(str_of(p, "description"))
+        );
+    }
+    html.push_str("</table>");
+}
+
+fn render_request_body(html: &mut String, op: &Value) {
+    let media = &op["requestBody"]["content"]["application/json"];
+    if !media.is_object() {
+        return;
+    }
+    let _ = write!(html, "<p>Request body: {}</p>", type_name(&media["schema"]));
+    if let Some(example) = example_of(media) {
+        let _ = write!(html, "<pre>{}</pre>", escape(&example));
+    }
+}
+
+/// The table of statuses, and the example of the success answer.
+fn render_responses(html: &mut String, spec: &Value, op: &Value) {
+    let Some(responses) = op["responses"].as_object() else {
+        return;
+    };
+    html.push_str("<table><tr><th>Status</th><th>Meaning</th><th>Body</th></tr>");
+    for (status, response) in responses {
+        let response = resolve(spec, response);
+        let body = response["content"]
+            .as_object()
+            .and_then(|c| c.values().next())
+            .map(|m| type_name(&m["schema"]))
+            .unwrap_or_default();
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(status),
+            markdown(str_of(response, "description")),
+            body
+        );
+    }
+    html.push_str("</table>");
+    let ok = responses.iter().find(|(s, _)| s.starts_with('2'));
+    if let Some(example) =
+        ok.and_then(|(_, r)| example_of(&resolve(spec, r)["content"]["application/json"]))
+    {
+        let _ = write!(
+            html,
+            "<details><summary>Example response</summary><pre>{}</pre></details>",
+            escape(&example)
+        );
+    }
 }
 
 fn render_schema(html: &mut String, name: &str, schema: &Value) {
@@ -279,7 +282,7 @@ fn render_schema(html: &mut String, name: &str, schema: &Value) {
                 ""
             },
             type_name(prop),
-            inline(str_of(prop, "description"))
+            markdown(str_of(prop, "description"))
         );
     }
     html.push_str("</table>");
@@ -290,15 +293,70 @@ mod tests {
     use super::*;
 
     #[test]
-    fn markdown_renders_lists_code_and_escapes_html() {
-        let html = markdown(
-            "Intro with `code` and <b>.\n\n- one. Two\n  wraps. On\n- **two** *em*\n\n## Head",
-        );
+    fn markdown_renders_lists_code_emphasis_and_headings_below_the_page_sections() {
+        let html = markdown("Intro with `code`.\n\n- one. Two\n  wraps\n- **two** *em*\n\n## Head");
         assert_eq!(
             html,
-            "<p>Intro with <code>code</code> and &lt;b&gt;.</p><ul><li>one. Two wraps. On </li>\
-             <li><strong>two</strong> <em>em</em> </li></ul><h3>Head</h3>"
+            "<p>Intro with <code>code</code>.</p>\n<ul>\n<li>one. Two\nwraps</li>\n\
+             <li><strong>two</strong> <em>em</em></li>\n</ul>\n<h3>Head</h3>\n"
         );
+    }
+
+    #[test]
+    fn bold_text_around_inline_code_stays_bold() {
+        // As the spec writes it: the hand-written renderer turned these inside out.
+        assert_eq!(
+            markdown("clients **deduplicate by `msg_id`** (per group)"),
+            "<p>clients <strong>deduplicate by <code>msg_id</code></strong> (per group)</p>\n"
+        );
+        assert_eq!(
+            markdown("- **`after_msg_id`:** the page"),
+            "<ul>\n<li><strong><code>after_msg_id</code>:</strong> the page</li>\n</ul>\n"
+        );
+    }
+
+    #[test]
+    fn raw_html_in_the_spec_is_shown_as_text() {
+        let html = markdown(
+            "Inline <b onclick=\"x()\">bold</b> and `Bearer <token>`.\n\n<script>alert(1)</script>",
+        );
+        assert!(!html.contains("<b "), "{html}");
+        assert!(!html.contains("<script"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("<code>Bearer &lt;token&gt;</code>"), "{html}");
+    }
+
+    #[test]
+    fn images_and_script_links_become_text_other_links_stay() {
+        let html = markdown(
+            "![a logo](https://example.com/logo.png) [run](javascript:alert(1)) \
+             [spec](/openapi.yaml) [site](https://example.com/)",
+        );
+        assert!(!html.contains("<img"), "{html}");
+        assert!(html.contains("a logo"), "{html}");
+        assert!(!html.contains("javascript"), "{html}");
+        assert!(html.contains("run"), "{html}");
+        assert!(
+            html.contains("<a href=\"/openapi.yaml\">spec</a>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<a href=\"https://example.com/\">site</a>"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_page_has_no_script_and_loads_nothing_from_elsewhere() {
+        let spec: Value = serde_yaml::from_str(OPENAPI_YAML).unwrap();
+        let page = render(&spec);
+        for forbidden in ["<script", "<img", "<link", "<iframe", " src=", "url("] {
+            assert!(!page.contains(forbidden), "the page contains {forbidden}");
+        }
+        assert!(page.contains("<strong>deduplicate by <code>msg_id</code></strong>"));
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub enum ApiError {
     TooManyWaiters(String),
     #[error("{0}")]
     Unavailable(String),
+    /// `/readyz` says this instance should get no traffic yet: the code of `Unavailable`,
+    /// without its `Retry-After`, since a load balancer's probe keeps its own schedule.
+    #[error("{0}")]
+    NotReady(String),
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -81,7 +85,7 @@ impl ApiError {
             ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
             ApiError::CursorExpired(_) => "cursor_expired",
             ApiError::TooManyWaiters(_) => "too_many_waiters",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -104,7 +108,7 @@ impl ResponseError for ApiError {
             ApiError::AckBeyondLastMessage(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::CursorExpired(_) => StatusCode::GONE,
             ApiError::TooManyWaiters(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -211,6 +215,7 @@ impl ApiError {
             CursorExpired(m) => CursorExpired(f(m)),
             TooManyWaiters(m) => TooManyWaiters(f(m)),
             Unavailable(m) => Unavailable(f(m)),
+            NotReady(m) => NotReady(f(m)),
             Internal(cause) => Internal(cause),
         }
     }
@@ -236,6 +241,15 @@ mod tests {
             body,
             serde_json::json!({"error": {"code": "not_found", "message": "group 7 does not exist"}})
         );
+    }
+
+    #[actix_web::test]
+    async fn not_ready_is_unavailable_without_retry_after() {
+        let response = ApiError::NotReady("the database is not migrated".into()).error_response();
+        assert_eq!(response.status(), 503);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+        let (_, body) = body_of(ApiError::NotReady("not migrated".into())).await;
+        assert_eq!(body["error"]["code"], "unavailable");
     }
 
     #[actix_web::test]

@@ -5,12 +5,13 @@ use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::{dev::Payload, http::header, web, FromRequest, HttpRequest};
 use std::future::Future;
 use std::pin::Pin;
+use url::form_urlencoded;
 
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::{Identity, TokenError};
 use crate::db::devices::{check_device, touch_device, DeviceStanding};
-use crate::domain::{DeviceId, UserId, MAX_REQUEST_BODY_BYTES};
+use crate::domain::{DeviceId, UserId, MAX_PAGE_LIMIT, MAX_REQUEST_BODY_BYTES};
 
 /// The caller, proven by a valid bearer token, and the device they call from (None: their
 /// default device). Handlers take this and never read headers.
@@ -132,21 +133,138 @@ pub fn json_config() -> web::JsonConfig {
         })
 }
 
+/// A query parameter that does not deserialize gets a message naming it and what it accepts,
+/// never serde's words (`number too large to fit in target type`).
 pub fn query_config() -> web::QueryConfig {
-    web::QueryConfig::default().error_handler(|err, _req| {
+    web::QueryConfig::default().error_handler(|err, req| {
         let QueryPayloadError::Deserialize(e) = &err else {
             return ApiError::InvalidQuery("invalid query string".into()).into();
         };
-        ApiError::InvalidQuery(format!("invalid query string: {e}")).into()
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(req.query_string().as_bytes())
+            .into_owned()
+            .collect();
+        let message = explain_bad_parameter(&pairs)
+            .or_else(|| explain_repeated_parameter(&pairs, &e.to_string()))
+            .unwrap_or_else(|| format!("invalid query string: {e}"));
+        ApiError::InvalidQuery(message).into()
     })
 }
 
+/// The same for path parameters (`/v1/groups/abc`), found through the matched route.
 pub fn path_config() -> web::PathConfig {
-    web::PathConfig::default().error_handler(|err, _req| {
+    web::PathConfig::default().error_handler(|err, req| {
         let PathError::Deserialize(e) = &err else {
             return ApiError::InvalidPath("invalid path".into()).into();
         };
-        ApiError::InvalidPath(format!("invalid path parameter: {e}")).into()
+        let segments: Vec<(String, String)> = req
+            .match_info()
+            .iter()
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
+        let message = explain_bad_parameter(&segments)
+            .unwrap_or_else(|| format!("invalid path parameter: {e}"));
+        ApiError::InvalidPath(message).into()
+    })
+}
+
+/// What a typed path or query parameter accepts. Parameters not listed are text, which
+/// always deserializes (handlers validate it and answer `validation_failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepts {
+    WholeNumber { min: i64, max: i64 },
+    TrueOrFalse,
+}
+
+use Accepts::{TrueOrFalse, WholeNumber};
+
+/// Every typed parameter of the API by name; a name means the same everywhere. A test checks
+/// this table against the parameters of openapi.yaml, so neither can change alone.
+const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
+    (
+        "group_id",
+        WholeNumber {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "msg_id",
+        WholeNumber {
+            min: 1,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "limit",
+        WholeNumber {
+            min: 1,
+            max: MAX_PAGE_LIMIT,
+        },
+    ),
+    (
+        "after_msg_id",
+        WholeNumber {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "before_msg_id",
+        WholeNumber {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    (
+        "timeout_s",
+        WholeNumber {
+            min: 0,
+            max: i64::MAX,
+        },
+    ),
+    ("with_receipts", TrueOrFalse),
+    ("unread_only", TrueOrFalse),
+];
+
+impl Accepts {
+    fn of(name: &str) -> Option<Accepts> {
+        TYPED_PARAMETERS
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, accepts)| *accepts)
+    }
+
+    /// Whether serde will read `value` as this type: the same `str::parse` it uses. The range
+    /// is the handlers' to check, so that an out-of-range number is `validation_failed`.
+    fn parses(self, value: &str) -> bool {
+        match self {
+            WholeNumber { .. } => value.parse::<i64>().is_ok(),
+            TrueOrFalse => value.parse::<bool>().is_ok(),
+        }
+    }
+
+    fn rule(self) -> String {
+        match self {
+            WholeNumber { min, max } => format!("must be a whole number from {min} to {max}"),
+            TrueOrFalse => "must be true or false".into(),
+        }
+    }
+}
+
+/// `name: rule` for the first parameter whose value its type cannot hold.
+fn explain_bad_parameter(pairs: &[(String, String)]) -> Option<String> {
+    pairs.iter().find_map(|(name, value)| {
+        let accepts = Accepts::of(name)?;
+        (!accepts.parses(value)).then(|| format!("{name}: {}", accepts.rule()))
+    })
+}
+
+/// serde refuses a field given twice (`duplicate field `limit``); say so in plain words.
+fn explain_repeated_parameter(pairs: &[(String, String)], serde_error: &str) -> Option<String> {
+    pairs.iter().enumerate().find_map(|(i, (name, _))| {
+        let repeated = pairs[..i].iter().any(|(earlier, _)| earlier == name);
+        (repeated && serde_error.contains(&format!("`{name}`")))
+            .then(|| format!("{name}: must be given at most once"))
     })
 }
 
@@ -164,4 +282,87 @@ pub async fn method_not_allowed(req: HttpRequest) -> Result<actix_web::HttpRespo
         req.method(),
         req.path()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_parameter_its_type_cannot_hold_is_named_with_its_range() {
+        let given = pairs(&[
+            ("cursor", "x"),
+            ("limit", "99999999999999999999"),
+            ("with_receipts", "yes"),
+        ]);
+        assert_eq!(
+            explain_bad_parameter(&given).as_deref(),
+            Some("limit: must be a whole number from 1 to 200")
+        );
+        let given = pairs(&[("limit", "5"), ("with_receipts", "yes")]);
+        assert_eq!(
+            explain_bad_parameter(&given).as_deref(),
+            Some("with_receipts: must be true or false")
+        );
+        assert_eq!(explain_bad_parameter(&pairs(&[("limit", "0")])), None);
+    }
+
+    #[test]
+    fn a_repeated_parameter_is_named_when_serde_refused_it() {
+        let given = pairs(&[("limit", "5"), ("limit", "6")]);
+        assert_eq!(
+            explain_repeated_parameter(&given, "duplicate field `limit`").as_deref(),
+            Some("limit: must be given at most once")
+        );
+        assert_eq!(explain_repeated_parameter(&given, "something else"), None);
+    }
+
+    /// Every integer and boolean parameter of the spec, with the range its schema gives.
+    fn typed_parameters_of_the_spec() -> Vec<(String, Accepts)> {
+        let spec: Value = serde_yaml::from_str(super::super::meta::OPENAPI_YAML).unwrap();
+        let resolve = |p: &Value| match p["$ref"].as_str() {
+            Some(r) => spec.pointer(r.trim_start_matches('#')).unwrap().clone(),
+            None => p.clone(),
+        };
+        let mut found = Vec::new();
+        for item in spec["paths"].as_object().unwrap().values() {
+            let operations = item.as_object().unwrap().values();
+            let lists =
+                std::iter::once(&item["parameters"]).chain(operations.map(|op| &op["parameters"]));
+            for p in lists.filter_map(Value::as_array).flatten().map(resolve) {
+                let schema = &p["schema"];
+                let accepts = match schema["type"].as_str() {
+                    Some("integer") => WholeNumber {
+                        min: schema["minimum"].as_i64().unwrap_or(i64::MIN),
+                        max: schema["maximum"].as_i64().unwrap_or(i64::MAX),
+                    },
+                    Some("boolean") => TrueOrFalse,
+                    _ => continue,
+                };
+                found.push((p["name"].as_str().unwrap().to_owned(), accepts));
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_table_of_typed_parameters_matches_openapi_yaml() {
+        let in_spec = typed_parameters_of_the_spec();
+        for (name, accepts) in &in_spec {
+            assert_eq!(Accepts::of(name), Some(*accepts), "{name} in openapi.yaml");
+        }
+        for (name, _) in TYPED_PARAMETERS {
+            assert!(
+                in_spec.iter().any(|(n, _)| n == name),
+                "{name} is not a parameter of openapi.yaml"
+            );
+        }
+    }
 }

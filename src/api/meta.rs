@@ -3,6 +3,7 @@
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 
+use super::error::ApiError;
 use super::AppState;
 use crate::db;
 
@@ -31,12 +32,12 @@ pub async fn healthz() -> HttpResponse {
 }
 
 /// The database answers and its schema is current: safe to route traffic here.
-pub async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let ready = state.db.read(|conn| Ok(db::is_ready(conn))).await;
     match ready {
-        Ok(true) => HttpResponse::Ok().json(json!({"status": "ready"})),
-        _ => HttpResponse::ServiceUnavailable().json(json!({
-            "error": {"code": "unavailable", "message": "the database is unreachable or not migrated"}
-        })),
+        Ok(true) => Ok(HttpResponse::Ok().json(json!({"status": "ready"}))),
+        _ => Err(ApiError::NotReady(
+            "the database is unreachable or not migrated".into(),
+        )),
     }
 }

@@ -7,6 +7,24 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SqliteSync {
+    /// Every commit reaches the disk before the client hears 2xx (survives power loss).
+    Full,
+    /// Commits survive a process crash; the last ones may be lost on power loss. Faster.
+    Normal,
+}
+
+impl SqliteSync {
+    /// The value of SQLite's `PRAGMA synchronous` for this choice.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
+}
+
 /// A connection to either engine. Queries written against it run on both.
 #[derive(diesel::MultiConnection)]
 pub enum AnyConnection {
@@ -47,7 +65,7 @@ impl Engine {
 pub struct ConnectionManager {
     url: String,
     engine: Engine,
-    sqlite_synchronous: String,
+    sqlite_sync: SqliteSync,
     statement_timeout_ms: u64,
 }
 
@@ -56,7 +74,7 @@ impl ConnectionManager {
         ConnectionManager {
             url: settings.url.clone(),
             engine: Engine::from_url(&settings.url),
-            sqlite_synchronous: settings.sqlite_synchronous.clone(),
+            sqlite_sync: settings.sqlite_sync,
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
         }
     }
@@ -86,7 +104,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                 let pragmas = format!(
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
                      PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
-                    self.sqlite_synchronous
+                    self.sqlite_sync.pragma()
                 );
                 conn.batch_execute(&pragmas)
                     .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
@@ -113,7 +131,7 @@ pub struct DbSettings {
     pub url: String,
     pub pool_size: u32,
     pub pool_timeout: Duration,
-    pub sqlite_synchronous: String,
+    pub sqlite_sync: SqliteSync,
     pub statement_timeout: Duration,
 }
 
@@ -121,11 +139,8 @@ impl DbSettings {
     /// Settings for one-off connections to `url` (tools, tests): the server's defaults.
     pub fn for_url(url: &str) -> DbSettings {
         DbSettings {
-            url: url.to_owned(),
             pool_size: 1,
-            pool_timeout: Duration::from_secs(3),
-            sqlite_synchronous: "FULL".into(),
-            statement_timeout: Duration::from_secs(10),
+            ..crate::config::Settings::defaults().db_settings_for_url(url)
         }
     }
 }

@@ -26,7 +26,7 @@ pub mod raw_sql;
 pub mod receipts;
 
 pub use connection::{
-    connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend,
+    connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,
 };
 pub use error::DbError;
 pub use migrations::{is_ready, revert_all_migrations, run_migrations};

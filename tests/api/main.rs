@@ -18,6 +18,7 @@ mod messages;
 mod migrations;
 mod offline_pull;
 mod operations;
+mod param_errors;
 mod receipts;
 mod spec_drift;
 mod webclient;
