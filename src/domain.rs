@@ -186,14 +186,17 @@ pub fn parse_limit(raw: Option<i64>) -> Result<i64, ValidationError> {
     match raw {
         None => Ok(DEFAULT_PAGE_LIMIT),
         Some(n) if (1..=MAX_PAGE_LIMIT).contains(&n) => Ok(n),
-        Some(_) => Err(invalid("limit", "must be between 1 and 200")),
+        Some(_) => Err(invalid("limit", "must be a whole number from 1 to 200")),
     }
 }
 
 /// A message id or cursor value: zero or more.
 pub fn parse_msg_id(field: &str, raw: i64) -> Result<i64, ValidationError> {
     if raw < 0 {
-        return Err(invalid(field, "must be zero or more"));
+        return Err(invalid(
+            field,
+            "must be a whole number from 0 to 9223372036854775807",
+        ));
     }
     Ok(raw)
 }

@@ -244,7 +244,8 @@ pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     match raw {
         None => Ok(Duration::from_secs(DEFAULT_TIMEOUT_S as u64)),
         Some(s) if s < 0 => Err(ApiError::Validation(
-            "timeout_s: must be zero or more".into(),
+            "timeout_s: must be a whole number from 0 to 9223372036854775807 (above 60 waits 60 s)"
+                .into(),
         )),
         Some(s) => Ok(Duration::from_secs(s.min(MAX_TIMEOUT_S) as u64)),
     }

@@ -1158,11 +1158,14 @@ export interface components {
             delivered_count: number;
         };
         /**
-         * @description Opaque long-poll cursor: pass it unchanged as `cursor` to the next poll of the same
-         *     endpoint. Safe to reuse; expires after the retention period (default 7 days).
+         * @description A long-poll's position in its change feed, opaque and signed: pass it unchanged as
+         *     `cursor` to the next poll of the same endpoint. Safe to reuse; expires after the
+         *     retention period (default 7 days). Not to be confused with a member's cursors
+         *     (`last_ack_msg_id`, `last_read_msg_id`: their positions in a group) or with the page
+         *     tokens of list endpoints (`next_cursor`).
          * @example MS5yLjE3MTQ1NTQyNDAuNTo1Og
          */
-        PollCursor: string;
+        FeedPosition: string;
         /**
          * @example {
          *       "changes": [
@@ -1185,7 +1188,7 @@ export interface components {
              *     when no cursor was given.
              */
             changes: components["schemas"]["ReceiptChange"][];
-            cursor: components["schemas"]["PollCursor"];
+            cursor: components["schemas"]["FeedPosition"];
             /** @description More changes are ready; poll again at once with `cursor`. */
             has_more: boolean;
         };
@@ -1233,7 +1236,7 @@ export interface components {
              * @description The caller's unread count over all their groups now (the app icon's badge).
              */
             total_unread: number;
-            cursor: components["schemas"]["PollCursor"];
+            cursor: components["schemas"]["FeedPosition"];
             /** @description More changes are ready; poll again at once with `cursor`. */
             has_more: boolean;
         };
@@ -1619,7 +1622,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description Opaque paging cursor: the `next_cursor` of the previous page. Omit it for the
+                 * @description Opaque page token: the `next_cursor` of the previous page. Omit it for the
                  *     first page. A value that is not a cursor this server issues is a 400
                  *     (`validation_failed`).
                  * @example bob
@@ -1848,7 +1851,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description Paging cursor: the `next_cursor` of the previous page (a user id; the page starts
+                 * @description Page token: the `next_cursor` of the previous page (a user id; the page starts
                  *     after it). Omit it for the first page. A value that is not a valid user id is a
                  *     400 (`validation_failed`).
                  * @example bob
@@ -2096,7 +2099,7 @@ export interface operations {
                  *     (`validation_failed`); one older than the retention period is a 410.
                  * @example Mi5tLjE3MTQ1NTQwMzAuczoxLDEsNA.0tGdMwqq3b2Bz5w7V8rS1A
                  */
-                cursor?: components["schemas"]["PollCursor"];
+                cursor?: components["schemas"]["FeedPosition"];
                 /**
                  * @description How long to hold the request, in seconds, when there is nothing to report yet.
                  *     `0` answers at once; values above 60 are treated as 60; a negative value is a 400
@@ -2146,7 +2149,7 @@ export interface operations {
                  *     (`validation_failed`); one older than the retention period is a 410.
                  * @example MS5yLjE3MTQ1NTQxODAuMzozOg
                  */
-                cursor?: components["schemas"]["PollCursor"];
+                cursor?: components["schemas"]["FeedPosition"];
                 /**
                  * @description How long to hold the request, in seconds, when there is nothing to report yet.
                  *     `0` answers at once; values above 60 are treated as 60; a negative value is a 400

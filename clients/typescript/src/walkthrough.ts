@@ -180,7 +180,7 @@ log("receipts of message 1: read by bob, not by carol");
 // Senders long-poll for receipt changes. Without a cursor the answer comes at once, with one.
 const start = expectStatus("receipts cursor", 200, await alice.GET("/v1/receipts"));
 assert.deepEqual(start.changes, []);
-const cursor: Schemas["PollCursor"] = start.cursor;
+const cursor: Schemas["FeedPosition"] = start.cursor;
 
 // Carol reads both messages; the poll answers at once with the new counts.
 expectStatus(
