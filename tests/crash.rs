@@ -8,8 +8,8 @@
 //!   ever get 2xx, and the server never logs "database is locked"; the `_with_outside_writer`
 //!   variant adds a second process holding a write transaction on the same file for 1 s.
 //!
-//! Settings: `CHORUS_TEST_DATABASE_URL` (PostgreSQL admin URL; the PostgreSQL variant is skipped
-//! without it), `CHORUS_CRASH_KILLS` (kills per engine, at least 10), `CHORUS_CRASH_SEED`
+//! Settings: `CHORUS_TEST_DATABASE_URL` (PostgreSQL admin URL; the PostgreSQL variant is ignored
+//! unless it was set at build time), `CHORUS_CRASH_KILLS` (kills per engine, at least 10), `CHORUS_CRASH_SEED`
 //! (replays the timings of an earlier run), `CHORUS_RELIABILITY_LOG` (a file each crash run
 //! appends its summary to, as one JSON line).
 
@@ -997,6 +997,10 @@ mod sigkill_during_traffic_loses_and_duplicates_nothing {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[cfg_attr(
+        not(chorus_pg_tests),
+        ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+    )]
     async fn postgres() {
         super::sigkill_during_traffic(super::Engine::Postgres).await
     }

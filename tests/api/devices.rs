@@ -233,6 +233,10 @@ async fn idle_devices_are_forgotten_by_the_retention_job(app: TestApp) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 async fn a_read_through_one_instance_clears_the_badge_polled_on_another() {
     let Some(a) = crate::helpers::spawn_app(Backend::Postgres).await else {
         eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);

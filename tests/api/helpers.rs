@@ -23,7 +23,8 @@ pub enum Backend {
 }
 
 /// Generates `mod <scenario> { fn sqlite(); fn postgres(); }` for scenarios written once as
-/// `async fn <scenario>(app: TestApp)`. The PostgreSQL run needs CHORUS_TEST_DATABASE_URL.
+/// `async fn <scenario>(app: TestApp)`. The PostgreSQL run is ignored unless
+/// CHORUS_TEST_DATABASE_URL was set when the tests were built (see build.rs).
 #[macro_export]
 macro_rules! on_both_backends {
     (with $adjust:ident: $($scenario:ident),* $(,)?) => { $(
@@ -35,6 +36,7 @@ macro_rules! on_both_backends {
                 super::$scenario(app.expect("sqlite app")).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not(chorus_pg_tests), ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL")]
             async fn postgres() {
                 let backend = $crate::helpers::Backend::Postgres;
                 match $crate::helpers::spawn_app_with(backend, super::$adjust).await {
@@ -52,6 +54,7 @@ macro_rules! on_both_backends {
                 super::$scenario(app.expect("sqlite app")).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not(chorus_pg_tests), ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL")]
             async fn postgres() {
                 match $crate::helpers::spawn_app($crate::helpers::Backend::Postgres).await {
                     Some(app) => super::$scenario(app).await,

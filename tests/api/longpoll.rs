@@ -392,6 +392,10 @@ async fn receipts_report_every_ack_under_concurrency(app: TestApp) {
 
 /// Two instances on one PostgreSQL: a member's ack on B wakes the sender waiting on A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 async fn ack_on_one_instance_wakes_a_poll_on_another() {
     let Some(a) = spawn_app(Backend::Postgres).await else {
         eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);

@@ -32,6 +32,10 @@ fn migrations_round_trip_on_sqlite() {
 }
 
 #[test]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 fn migrations_round_trip_on_postgres() {
     round_trip(Backend::Postgres);
 }
