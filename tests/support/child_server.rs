@@ -26,6 +26,7 @@ pub struct ChildConfig<'a> {
 
 pub struct ChildServer {
     child: Child,
+    pub port: u16,
     /// `http://127.0.0.1:<port>`
     pub base: String,
     log_path: PathBuf,
@@ -63,6 +64,7 @@ impl ChildServer {
             .map_err(|e| format!("cannot start {}: {e}", config.binary.display()))?;
         Ok(ChildServer {
             child,
+            port,
             base: format!("http://127.0.0.1:{port}"),
             log_path,
         })
