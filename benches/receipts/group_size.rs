@@ -1,6 +1,7 @@
 //! group-size: send and who-read cost against group size. One client sends to groups of 2,
 //! 200 and 2000 members and reads who read each message, the sizes taking turns.
 
+use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,19 +102,11 @@ async fn send_block(
     result: &mut SizeResult,
     errors: &Errors,
 ) {
-    let start = Instant::now();
-    for i in 0..GS_BLOCK {
-        if start.elapsed() >= GS_BLOCK_TIME_LIMIT {
-            errors.add(format!("send block, size {size}: time limit"));
-            break;
-        }
-        let t0 = Instant::now();
-        match send_message(http, t, *g, &format!("gs-{round}-{i}")).await {
-            Ok(_) => result.send.push(ms(t0.elapsed())),
-            Err(label) => errors.add(format!("send, size {size}: {label}")),
-        }
-    }
-    result.send_secs += start.elapsed().as_secs_f64();
+    let send = |i: usize| {
+        let client_msg_id = format!("gs-{round}-{i}");
+        async move { send_message(http, t, *g, &client_msg_id).await.map(drop) }
+    };
+    result.send_secs += timed_block("send", *size, &mut result.send, errors, send).await;
 }
 
 /// [`GS_BLOCK`] who-read reads in one group, over the measured messages in turn.
@@ -124,21 +117,42 @@ async fn receipts_block(
     result: &mut SizeResult,
     errors: &Errors,
 ) {
+    let read = |i: usize| {
+        let msg = GS_WARMUP + 1 + (round * GS_BLOCK + i) % GS_OPS;
+        let path = format!("/v1/groups/{g}/messages/{msg}/receipts?limit={GS_RECEIPTS_LIMIT}");
+        async move { http.get(&path, t).await.map(drop) }
+    };
+    let samples = &mut result.receipts;
+    result.receipts_secs += timed_block("receipts", *size, samples, errors, read).await;
+}
+
+/// `op(0)`, `op(1)`, … one after another, [`GS_BLOCK`] times or until
+/// [`GS_BLOCK_TIME_LIMIT`]; each success's latency goes to `samples`, each failure to
+/// `errors`. Returns the block's seconds.
+async fn timed_block<F, Fut>(
+    what: &str,
+    size: usize,
+    samples: &mut Vec<f64>,
+    errors: &Errors,
+    op: F,
+) -> f64
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
     let start = Instant::now();
     for i in 0..GS_BLOCK {
         if start.elapsed() >= GS_BLOCK_TIME_LIMIT {
-            errors.add(format!("receipts block, size {size}: time limit"));
+            errors.add(format!("{what} block, size {size}: time limit"));
             break;
         }
-        let msg = GS_WARMUP + 1 + (round * GS_BLOCK + i) % GS_OPS;
-        let path = format!("/v1/groups/{g}/messages/{msg}/receipts?limit={GS_RECEIPTS_LIMIT}");
         let t0 = Instant::now();
-        match http.get(&path, t).await {
-            Ok(_) => result.receipts.push(ms(t0.elapsed())),
-            Err(label) => errors.add(format!("receipts, size {size}: {label}")),
+        match op(i).await {
+            Ok(()) => samples.push(ms(t0.elapsed())),
+            Err(label) => errors.add(format!("{what}, size {size}: {label}")),
         }
     }
-    result.receipts_secs += start.elapsed().as_secs_f64();
+    start.elapsed().as_secs_f64()
 }
 
 pub async fn bench(engines: &[Engine]) {
