@@ -25,7 +25,6 @@ impl ScratchPg {
         })
     }
 
-    #[allow(dead_code)] // not every target that includes this file needs the name
     pub fn name(&self) -> &str {
         &self.name
     }
