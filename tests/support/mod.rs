@@ -1,9 +1,9 @@
 //! The one harness of the tests and benches: databases, servers (in this process or as a child
 //! process), HTTP clients that mint their own tokens, free ports and the machine's facts.
 //!
-//! Test and bench targets are separate crates, so each includes this directory as a module:
-//! `mod support;` from tests/<target>/main.rs, `#[path = "../../tests/support/mod.rs"] mod
-//! support;` from benches/<target>/main.rs.
+//! Test and bench targets are separate crates, so each includes this directory as a module
+//! of its own: `#[path = "../support/mod.rs"] mod support;` in tests/<target>/main.rs,
+//! `#[path = "../../tests/support/mod.rs"] mod support;` in benches/<target>/main.rs.
 
 // Every target uses a different part of the harness; the rest would warn as unused in each.
 #![allow(dead_code)]
