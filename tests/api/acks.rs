@@ -3,9 +3,9 @@
 use serde_json::json;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     ack_never_moves_cursor_backwards,
     ack_defaults_read_to_ack_and_read_implies_delivered,
     ack_beyond_last_message_is_rejected_and_changes_nothing,

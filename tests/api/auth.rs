@@ -2,10 +2,11 @@
 
 use reqwest::Method;
 
-use crate::helpers::{check_against_spec, TestApp};
-use crate::on_both_backends;
+use crate::helpers::TestApp;
+use crate::on_both_engines;
+use crate::spec_check::check_against_spec;
 
-on_both_backends!(
+on_both_engines!(
     missing_malformed_forged_and_expired_tokens_get_401,
     non_members_get_403_and_unknown_groups_404,
 );
@@ -37,7 +38,7 @@ async fn missing_malformed_forged_and_expired_tokens_get_401(app: TestApp) {
         .unwrap()
         .issue(&chorus::domain::UserId::parse("sub", "alice").unwrap(), 600)
         .unwrap();
-    let expired = chorus::auth::TokenKeys::new(crate::helpers::TEST_SECRET.as_bytes(), false)
+    let expired = chorus::auth::TokenKeys::new(crate::support::tokens::SECRET.as_bytes(), false)
         .unwrap()
         .issue(
             &chorus::domain::UserId::parse("sub", "alice").unwrap(),

@@ -16,10 +16,12 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::helpers::{check_against_spec, spec, Backend, TestApp, TEST_SECRET};
-use crate::on_both_backends;
+use crate::helpers::TestApp;
+use crate::on_both_engines;
+use crate::spec_check::{check_against_spec, spec};
+use crate::support::tokens::SECRET;
 
-on_both_backends!(
+on_both_engines!(
     receipt_feed_reports_only_groups_and_messages_the_sender_may_see,
     every_route_answers_every_caller_as_the_table_says,
     token_variants_authenticate_only_well_formed_hs256_tokens,
@@ -70,7 +72,7 @@ impl Caller {
             // Valid in every respect but signed with another secret.
             Caller::ForgedToken => bearer(issue(&[9u8; 32], OWNER, 600)),
             // Signed with the server's secret, expired well beyond the 5 s leeway.
-            Caller::ExpiredToken => bearer(issue(TEST_SECRET.as_bytes(), OWNER, -600)),
+            Caller::ExpiredToken => bearer(issue(SECRET.as_bytes(), OWNER, -600)),
             Caller::NonMember => bearer(app.token(OUTSIDER)),
             Caller::Member => bearer(app.token(MEMBER)),
             Caller::Owner => bearer(app.token(OWNER)),
@@ -428,13 +430,6 @@ fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
 }
 
-fn backend_name(app: &TestApp) -> &'static str {
-    match app.backend {
-        Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
-    }
-}
-
 /// Written straight to stderr so it shows in CI logs even when the test passes.
 fn summary(line: String) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -529,7 +524,7 @@ async fn every_route_answers_every_caller_as_the_table_says(app: TestApp) {
     };
     summary(format!(
         "authz matrix [{}]: {} routes x {} callers = {sent} cases passed{stale}",
-        backend_name(&app),
+        app.engine.name(),
         ROUTES.len(),
         Caller::ALL.len()
     ));
@@ -544,7 +539,7 @@ fn hand_token(header: Value, claims: Value, sign_with: Algorithm) -> String {
         b64.encode(header.to_string()),
         b64.encode(claims.to_string())
     );
-    let key = EncodingKey::from_secret(TEST_SECRET.as_bytes()).expect("key");
+    let key = EncodingKey::from_secret(SECRET.as_bytes()).expect("key");
     let signature = jsonwebtoken::crypto::sign(message.as_bytes(), &key, sign_with).expect("sign");
     format!("{message}.{signature}")
 }
@@ -582,7 +577,7 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
     let claims = |sub: Value, exp: Value| json!({"sub": sub, "iat": now, "exp": exp});
     let good_claims = claims(json!(OWNER), json!(now + 600));
     let hs256 = json!({"alg": "HS256", "typ": "JWT"});
-    let key = EncodingKey::from_secret(TEST_SECRET.as_bytes()).expect("key");
+    let key = EncodingKey::from_secret(SECRET.as_bytes()).expect("key");
     let bearer = |token: String| vec![format!("Bearer {token}")];
     let good = hand_token(hs256.clone(), good_claims.clone(), Algorithm::HS256);
     let signed = |claims: Value| bearer(hand_token(hs256.clone(), claims, Algorithm::HS256));
@@ -596,7 +591,7 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
     let exp = |e: Value| signed(claims(json!(OWNER), e));
     let sub = |s: Value| signed(claims(s, json!(now + 600)));
     use Outcome::{As, Rejected};
-    vec![
+    let mut variants = vec![
         variant(
             "hand-built HS256 (control)",
             bearer(good.clone()),
@@ -655,6 +650,27 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
             As(SUB_64),
         ),
         variant("sub a number", sub(json!(42)), Rejected),
+    ];
+    variants.extend(header_variants(app, &good));
+    variants.extend([
+        variant(
+            "nbf an hour ahead (RFC 7519 4.1.5)",
+            signed(json!({"sub": OWNER, "iat": now, "nbf": now + 3600, "exp": now + 7200})),
+            Rejected,
+        ),
+        variant(
+            "no iat",
+            signed(json!({"sub": OWNER, "exp": now + 600})),
+            As(OWNER),
+        ),
+    ]);
+    variants
+}
+
+/// The scheme and the number of Authorization headers around a good token.
+fn header_variants(app: &TestApp, good: &str) -> Vec<Variant> {
+    use Outcome::{As, Rejected};
+    vec![
         // RFC 7235: the auth scheme is case-insensitive.
         variant(
             "scheme in lowercase: bearer",
@@ -666,7 +682,7 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
             vec![format!("BEARER {good}")],
             As(OWNER),
         ),
-        variant("token without a scheme", vec![good.clone()], Rejected),
+        variant("token without a scheme", vec![good.to_owned()], Rejected),
         variant(
             "two Authorization headers: garbage, then valid",
             vec!["Bearer not-a-jwt".to_owned(), format!("Bearer {good}")],
@@ -684,16 +700,6 @@ fn token_variants(app: &TestApp) -> Vec<Variant> {
                 format!("Bearer {}", app.token(OUTSIDER)),
             ],
             Rejected,
-        ),
-        variant(
-            "nbf an hour ahead (RFC 7519 4.1.5)",
-            signed(json!({"sub": OWNER, "iat": now, "nbf": now + 3600, "exp": now + 7200})),
-            Rejected,
-        ),
-        variant(
-            "no iat",
-            signed(json!({"sub": OWNER, "exp": now + 600})),
-            As(OWNER),
         ),
     ]
 }
@@ -757,7 +763,7 @@ async fn token_variants_authenticate_only_well_formed_hs256_tokens(app: TestApp)
     let sent = check_token_variants(&app, &variants).await;
     summary(format!(
         "authz tokens [{}]: {} variants x 2 routes = {sent} cases passed",
-        backend_name(&app),
+        app.engine.name(),
         variants.len()
     ));
 }
@@ -883,7 +889,7 @@ async fn one_users_token_never_reaches_another_users_data(app: TestApp) {
     summary(format!(
         "authz cross-user [{}]: {sent} routes refused alice's token on bob's group; receipt \
          and sync feeds stayed per user",
-        backend_name(&app)
+        app.engine.name()
     ));
 }
 

@@ -3,10 +3,11 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::helpers::{check_against_spec, TestApp, TestResponse};
-use crate::on_both_backends;
+use crate::helpers::{TestApp, TestResponse};
+use crate::on_both_engines;
+use crate::spec_check::check_against_spec;
 
-on_both_backends!(
+on_both_engines!(
     malformed_bodies_get_json_errors_and_store_nothing,
     out_of_range_fields_fail_validation,
     bad_paths_and_queries_get_400,

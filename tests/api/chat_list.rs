@@ -7,9 +7,9 @@ use chorus::config::Settings;
 use serde_json::{json, Value};
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     the_chat_list_puts_the_latest_activity_first_and_pages_without_repeats,
     each_group_shows_its_last_message_cut_to_120_characters,
     total_unread_counts_every_group_not_only_the_page,
@@ -17,7 +17,7 @@ on_both_backends!(
     bad_order_and_cursor_values_are_400_naming_the_parameter,
 );
 
-on_both_backends!(with short_message_retention:
+on_both_engines!(with short_message_retention:
     expired_messages_stop_counting_as_unread,
 );
 

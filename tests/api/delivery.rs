@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     a_sender_who_pulled_nothing_still_receives_everything_before_their_message,
     a_sender_who_had_everything_moves_onto_their_own_message,
     own_messages_above_the_read_cursor_never_count_as_unread,

@@ -4,10 +4,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{check_against_spec, Backend, TestApp, TEST_SECRET};
-use crate::on_both_backends;
+use crate::helpers::TestApp;
+use crate::on_both_engines;
+use crate::spec_check::check_against_spec;
+use crate::support::engine::Engine;
+use crate::support::tokens::SECRET;
 
-on_both_backends!(
+on_both_engines!(
     devices_are_listed_once_used_and_the_caller_is_marked,
     a_signed_out_device_is_refused_until_it_signs_in_again_and_then_catches_up,
     removing_unknown_removed_or_foreign_devices_is_404_and_changes_nothing,
@@ -18,7 +21,7 @@ on_both_backends!(
 
 /// A token with hand-made claims, signed with the test secret.
 fn token_with_claims(claims: Value) -> String {
-    let key = jsonwebtoken::EncodingKey::from_secret(TEST_SECRET.as_bytes()).expect("key");
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()).expect("key");
     jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).expect("token")
 }
 
@@ -233,11 +236,12 @@ async fn idle_devices_are_forgotten_by_the_retention_job(app: TestApp) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 async fn a_read_through_one_instance_clears_the_badge_polled_on_another() {
-    let Some(a) = crate::helpers::spawn_app(Backend::Postgres).await else {
-        eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
-        return;
-    };
+    let a = crate::helpers::spawn_app(Engine::Postgres).await;
     let second = a.second_instance().await;
     let b = a.via(&second);
     let group = a.group_with("alice", &["bob"]).await;

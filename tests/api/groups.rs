@@ -3,9 +3,9 @@
 use serde_json::json;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     creator_becomes_owner_and_member,
     members_page_by_cursor,
     only_the_owner_adds_members_and_existing_ones_are_skipped,

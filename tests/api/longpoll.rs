@@ -8,10 +8,11 @@ use chorus::config::Settings;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, Backend, TestApp};
-use crate::on_both_backends;
+use crate::helpers::{spawn_app, TestApp};
+use crate::on_both_engines;
+use crate::support::engine::Engine;
 
-on_both_backends!(
+on_both_engines!(
     polls_without_cursor_answer_at_once_with_a_cursor,
     sync_wakes_a_waiting_member_when_a_message_arrives,
     receipts_wake_a_waiting_sender_when_a_member_acks,
@@ -25,12 +26,12 @@ on_both_backends!(
     a_waiting_owner_hears_the_first_message_of_the_group_they_create,
 );
 
-on_both_backends!(with short_retention:
+on_both_engines!(with short_retention:
     cursor_older_than_retention_gets_410,
     retention_job_deletes_old_receipt_changes,
 );
 
-on_both_backends!(with two_polls_per_user:
+on_both_engines!(with two_polls_per_user:
     waiters_beyond_the_per_user_bound_get_429,
 );
 
@@ -392,11 +393,12 @@ async fn receipts_report_every_ack_under_concurrency(app: TestApp) {
 
 /// Two instances on one PostgreSQL: a member's ack on B wakes the sender waiting on A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 async fn ack_on_one_instance_wakes_a_poll_on_another() {
-    let Some(a) = spawn_app(Backend::Postgres).await else {
-        eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
-        return;
-    };
+    let a = spawn_app(Engine::Postgres).await;
     let second = a.second_instance().await;
     let b = a.via(&second);
     let group = a.group_with("alice", &["bob"]).await;
@@ -486,7 +488,7 @@ async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp)
     );
 }
 
-on_both_backends!(with short_message_retention:
+on_both_engines!(with short_message_retention:
     message_retention_deletes_old_messages_and_keeps_cursors_and_ids,
 );
 

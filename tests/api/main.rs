@@ -1,9 +1,12 @@
 //! Black-box tests of the HTTP API, in one binary. Every scenario runs on SQLite and, when
 //! CHORUS_TEST_DATABASE_URL is set, on PostgreSQL.
 
+#[path = "../support/mod.rs"]
+mod support;
+
+mod endpoints;
 mod helpers;
-#[path = "../support/scratch_pg.rs"]
-mod scratch_pg;
+mod spec_check;
 
 mod acks;
 mod auth;

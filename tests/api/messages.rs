@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use futures::future::join_all;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     send_returns_201_with_the_stored_message,
     duplicate_client_msg_id_returns_the_original_with_200,
     raced_client_msg_id_stores_one_message,

@@ -1,14 +1,12 @@
 //! Every down.sql reverses its up.sql: apply all, revert all, apply all again.
 
-use crate::helpers::{Backend, TestDb};
+use crate::support::engine::Engine;
+use crate::support::scratch_db::ScratchDb;
 use chorus::db::{connect_once, is_ready, revert_all_migrations, run_migrations, DbSettings};
 
-fn round_trip(backend: Backend) {
-    let Some((_db, url)) = TestDb::create(backend) else {
-        eprintln!("skipped: {} is not set", crate::helpers::PG_URL_VAR);
-        return;
-    };
-    let settings = DbSettings::for_url(&url);
+fn round_trip(engine: Engine) {
+    let db = ScratchDb::for_test(engine);
+    let settings = DbSettings::for_url(db.url());
     let mut conn = connect_once(&settings).unwrap();
 
     let applied = run_migrations(&mut conn).unwrap();
@@ -28,10 +26,14 @@ fn round_trip(backend: Backend) {
 
 #[test]
 fn migrations_round_trip_on_sqlite() {
-    round_trip(Backend::Sqlite);
+    round_trip(Engine::Sqlite);
 }
 
 #[test]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
 fn migrations_round_trip_on_postgres() {
-    round_trip(Backend::Postgres);
+    round_trip(Engine::Postgres);
 }

@@ -4,9 +4,9 @@ use futures::future::join_all;
 use serde_json::json;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     offline_member_pulls_30_groups_of_1000_messages_to_zero_unread,
     crash_before_ack_gets_the_same_page_again,
 );

@@ -1,10 +1,11 @@
 //! What operators rely on: health checks, metrics, request ids.
 
-use crate::helpers::{spawn_app, Backend};
+use crate::helpers::spawn_app;
+use crate::support::engine::Engine;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_template_and_business_events() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
     let group = app.group_with("alice", &["bob"]).await;
     app.send_ok("alice", group, "one").await;
     app.ack("bob", group, serde_json::json!({"last_ack_msg_id": 1}))
@@ -33,7 +34,7 @@ async fn metrics_count_requests_by_route_template_and_business_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_carries_a_request_id_and_keeps_a_sane_one_from_the_client() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
     let client = reqwest::Client::new();
 
     let generated = client
@@ -62,7 +63,7 @@ async fn every_response_carries_a_request_id_and_keeps_a_sane_one_from_the_clien
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_readiness_report_ok_with_a_migrated_database() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
 
     let health = reqwest::get(format!("{}/healthz", app.address))
         .await
@@ -79,7 +80,7 @@ async fn health_and_readiness_report_ok_with_a_migrated_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docs_page_renders_the_spec_without_outside_assets() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
 
     let page = reqwest::get(format!("{}/docs", app.address)).await.unwrap();
 

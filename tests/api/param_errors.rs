@@ -4,9 +4,9 @@
 use reqwest::Method;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     a_path_parameter_that_is_not_a_whole_number_is_named_with_its_range,
     a_query_parameter_of_the_wrong_type_is_named_with_its_range,
     a_query_parameter_given_twice_is_named,

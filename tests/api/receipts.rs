@@ -3,9 +3,9 @@
 use serde_json::json;
 
 use crate::helpers::TestApp;
-use crate::on_both_backends;
+use crate::on_both_engines;
 
-on_both_backends!(
+on_both_engines!(
     receipts_count_readers_and_list_who_read,
     one_batch_ack_marks_every_earlier_message_read,
     only_the_sender_and_the_owner_see_receipts,

@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 
 use chorus::api::ROUTES;
 
-use crate::helpers::{spawn_app, spec, Backend};
+use crate::helpers::spawn_app;
+use crate::spec_check::spec;
+use crate::support::engine::Engine;
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 
@@ -64,7 +66,7 @@ fn every_operation_documents_its_errors_and_has_an_operation_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_spec_is_the_checked_in_file() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
 
     let response = reqwest::get(format!("{}/openapi.yaml", app.address))
         .await

@@ -3,7 +3,9 @@
 use chorus::config::Settings;
 use serde_json::{json, Value};
 
-use crate::helpers::{check_against_spec, spawn_app, spawn_app_with, Backend};
+use crate::helpers::{spawn_app, spawn_app_with};
+use crate::spec_check::check_against_spec;
+use crate::support::engine::Engine;
 
 fn development_mode(s: &mut Settings) {
     s.jwt_secret = None;
@@ -11,7 +13,7 @@ fn development_mode(s: &mut Settings) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn web_client_and_its_assets_are_served() {
-    let app = spawn_app(Backend::Sqlite).await.unwrap();
+    let app = spawn_app(Engine::Sqlite).await;
 
     let page = reqwest::get(format!("{}/", app.address)).await.unwrap();
     let script = reqwest::get(format!("{}/assets/app.js", app.address))
@@ -39,10 +41,8 @@ async fn web_client_and_its_assets_are_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_tokens_exist_only_in_development_mode() {
-    let dev = spawn_app_with(Backend::Sqlite, development_mode)
-        .await
-        .unwrap();
-    let configured = spawn_app(Backend::Sqlite).await.unwrap();
+    let dev = spawn_app_with(Engine::Sqlite, development_mode).await;
+    let configured = spawn_app(Engine::Sqlite).await;
     let post = |address: &str, body: Value| {
         reqwest::Client::new()
             .post(format!("{address}/v1/dev/token"))

@@ -1,5 +1,4 @@
-//! What a benchmark ran on, read from /proc: the facts every report starts with. Shared by
-//! the benches through `#[path]`.
+//! What a benchmark ran on, read from /proc: the facts every report starts with.
 
 pub struct Machine {
     pub cores: usize,

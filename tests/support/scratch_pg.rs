@@ -1,7 +1,6 @@
 //! A PostgreSQL database that exists for one test or benchmark run: created next to the
 //! database an admin URL names, and dropped (WITH (FORCE), so a server's open connections
-//! cannot keep it alive) when the value is dropped. Shared by tests/api, tests/crash.rs and
-//! benches/ through `#[path]`, since test and bench targets cannot share a module otherwise.
+//! cannot keep it alive) when the value is dropped.
 
 use diesel::{Connection, PgConnection, RunQueryDsl};
 
@@ -26,7 +25,6 @@ impl ScratchPg {
         })
     }
 
-    #[allow(dead_code)] // not every target that includes this file needs the name
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -1,0 +1,114 @@
+//! Acks: cursors moved one group per request, and twenty groups per `POST /v1/acks`.
+
+use std::sync::Arc;
+
+use chorus::db::AnyConnection;
+use serde_json::{json, Value};
+
+use crate::report::EngineReport;
+use crate::requests::expect_empty;
+use crate::runner::{run_load, Measured};
+use crate::seed::{seed_group, seed_messages, users};
+use crate::server::BenchServer;
+use crate::CONCURRENCY;
+
+const ACKS_PER_RUN: usize = 3000;
+pub const BATCH_ACK_GROUPS: usize = 20;
+const BATCH_ACK_REQUESTS_PER_RUN: usize = 300;
+
+/// Client k acks 1, 2, 3, … in one group, as its own member, so every ack moves a cursor.
+async fn run_group_acks(server: &BenchServer, group: i64, ackers: &[String]) -> Measured {
+    let tokens = server.tokens(ackers);
+    let http = server.http.clone();
+    http.warm_up(ackers.len()).await;
+    run_load(ackers.len(), ACKS_PER_RUN, move |k, i| {
+        let body = json!({"last_ack_msg_id": i + 1});
+        expect_empty(
+            http.post(&format!("/v1/groups/{group}/ack"), &tokens[k], &body),
+            200,
+        )
+    })
+    .await
+}
+
+/// Client k acks all `groups` in each request, at i + 1 in each.
+async fn run_batch_acks(server: &BenchServer, groups: &[i64], ackers: &[String]) -> Measured {
+    let tokens = server.tokens(ackers);
+    let http = server.http.clone();
+    let groups = Arc::new(groups.to_vec());
+    http.warm_up(ackers.len()).await;
+    run_load(ackers.len(), BATCH_ACK_REQUESTS_PER_RUN, move |k, i| {
+        let acks: Vec<Value> = groups
+            .iter()
+            .map(|g| json!({"group_id": g, "last_ack_msg_id": i + 1}))
+            .collect();
+        let request = http.post("/v1/acks", &tokens[k], &json!({ "acks": acks }));
+        let n = groups.len() as u64;
+        async move { expect_empty(request, 200).await.map(|_| n) }
+    })
+    .await
+}
+
+pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut EngineReport) {
+    // Separate ackers per run, so the C = 32 run does not start from cursors the C = 1 run
+    // already moved (an ack that moves nothing writes nothing and would flatter the numbers).
+    let ackers: Vec<Vec<String>> = CONCURRENCY
+        .iter()
+        .map(|c| users(&format!("acker{c}"), *c))
+        .collect();
+    let mut members = vec!["ack-owner".to_owned()];
+    members.extend(ackers.iter().flatten().cloned());
+    let group = seed_group(conn, "ack", &members);
+    seed_messages(conn, group, "ack-owner", ACKS_PER_RUN);
+    for (c, ackers) in CONCURRENCY.iter().zip(&ackers) {
+        eprintln!("ack: one group per request, C={c}");
+        let m = run_group_acks(server, group, ackers).await;
+        report.ack_row(*c, &m);
+    }
+
+    let batchers: Vec<Vec<String>> = CONCURRENCY
+        .iter()
+        .map(|c| users(&format!("batch{c}"), *c))
+        .collect();
+    let mut members = vec!["batch-owner".to_owned()];
+    members.extend(batchers.iter().flatten().cloned());
+    let groups: Vec<i64> = (0..BATCH_ACK_GROUPS)
+        .map(|_| {
+            let group = seed_group(conn, "batch ack", &members);
+            seed_messages(conn, group, "batch-owner", BATCH_ACK_REQUESTS_PER_RUN);
+            group
+        })
+        .collect();
+    for (c, batchers) in CONCURRENCY.iter().zip(&batchers) {
+        eprintln!("ack: POST /v1/acks with {BATCH_ACK_GROUPS} groups, C={c}");
+        let m = run_batch_acks(server, &groups, batchers).await;
+        report.batch_ack_row(*c, &m);
+    }
+}
+
+impl EngineReport {
+    fn ack_row(&mut self, c: usize, m: &Measured) {
+        let rate = m.rate(m.ok);
+        self.row(
+            "ack: POST /groups/{id}/ack, cursor +1",
+            c,
+            m,
+            ACKS_PER_RUN,
+            format!("{rate:.0} acks/s"),
+        );
+        self.key(format!("acks/s C={c}"), rate);
+    }
+
+    fn batch_ack_row(&mut self, c: usize, m: &Measured) {
+        let rate = m.rate(m.items);
+        let throughput = format!("{rate:.0} group-acks/s ({:.0} req/s)", m.rate(m.ok));
+        self.row(
+            &format!("ack: POST /v1/acks, {BATCH_ACK_GROUPS} groups each"),
+            c,
+            m,
+            BATCH_ACK_REQUESTS_PER_RUN,
+            throughput,
+        );
+        self.key(format!("group-acks/s (batch) C={c}"), rate);
+    }
+}

@@ -1,0 +1,84 @@
+//! Fixtures seeded through the db layer on one direct connection, because seeding 20,000
+//! messages over HTTP would take longer than the runs. Each db write the bench makes is in one
+//! function here, so a change of the db layer's signatures is an edit in one place.
+
+use chorus::db::access::Checked;
+use chorus::db::messages::SendOutcome;
+use chorus::db::AnyConnection;
+// Seeding writes straight through the db layer, outside any server: it wakes no one.
+use chorus::wake::Wakes;
+use diesel::prelude::*;
+
+use crate::CONTENT;
+
+/// Messages per seeding transaction: enough that seeding is not bound by one flush per
+/// message. (On PostgreSQL 100 beat 1000: 1.3 vs 2.4 ms per message over the first 2000.)
+const SEED_BATCH: usize = 100;
+
+/// Creates a group owned by `users[0]` with the others as members; returns its id.
+pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64 {
+    let (owner, others) = users.split_first().expect("a group needs an owner");
+    let (group, _) =
+        chorus::db::groups::create_group(conn, owner, name, others, &mut Wakes::default())
+            .expect("seed group through the db layer");
+    group.group_id
+}
+
+/// One message of [`CONTENT`] from `sender`, through the same db call as a send.
+fn seed_message(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    sender: &str,
+    client_msg_id: &str,
+) -> Checked<SendOutcome> {
+    chorus::db::messages::send(
+        conn,
+        group_id,
+        sender,
+        None,
+        client_msg_id,
+        CONTENT,
+        &mut Wakes::default(),
+    )
+}
+
+/// `prefix-0` … `prefix-(n-1)`.
+pub fn users(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Stores `count` messages from `sender`, in transactions
+/// of [`SEED_BATCH`] so that seeding is not bound by one flush per message.
+pub fn seed_messages(conn: &mut AnyConnection, group_id: i64, sender: &str, count: usize) {
+    for start in (0..count).step_by(SEED_BATCH) {
+        let end = (start + SEED_BATCH).min(count);
+        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+            for i in start..end {
+                let client_msg_id = format!("seed-{group_id}-{i}");
+                let outcome = seed_message(conn, group_id, sender, &client_msg_id)?;
+                assert!(
+                    matches!(outcome, Ok(SendOutcome::Created(_))),
+                    "seeding message {i} in group {group_id} did not create it"
+                );
+            }
+            Ok(())
+        })
+        .expect("seed messages through the db layer");
+        if (start / SEED_BATCH) % 20 == 19 {
+            analyze(conn);
+        }
+    }
+    analyze(conn);
+}
+
+/// Refreshes PostgreSQL's statistics, as autovacuum would sooner or later. Without them the
+/// planner serves the send path's `client_msg_id` look-up from `group_msgs_by_sender` and
+/// filters, so each send reads every earlier message of its sender in the group: seeding
+/// 20,000 messages from one sender then took 40-90 s instead of a few.
+pub fn analyze(conn: &mut AnyConnection) {
+    if let AnyConnection::Postgresql(c) = conn {
+        diesel::sql_query("ANALYZE")
+            .execute(c)
+            .expect("ANALYZE after seeding");
+    }
+}

@@ -1,0 +1,101 @@
+//! The bench's command line: which scenarios, on which engines, and the settings that differ
+//! from the production defaults only when asked for.
+
+use chorus::config::SqliteSync;
+
+use crate::support::engine::Engine;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    Seed,
+    GroupSize,
+    Idle,
+    CrossInstance,
+}
+
+/// Settings that differ from the production defaults only when asked for on the command
+/// line, to find out what limits a run (never the defaults of a reported run).
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// SQLite durability for the in-process servers (`--sqlite-sync`), FULL by default.
+    pub sqlite_sync: SqliteSync,
+    /// Database connections per in-process server (`--pool-size`), 8 by default.
+    pub pool_size: u32,
+    /// `synchronous_commit = off` on the bench's PostgreSQL database (`--pg-async-commit`).
+    pub pg_async_commit: bool,
+}
+
+const DEFAULT_TUNING: Tuning = Tuning {
+    sqlite_sync: SqliteSync::Full,
+    pool_size: 8,
+    pg_async_commit: false,
+};
+
+static TUNING: std::sync::OnceLock<Tuning> = std::sync::OnceLock::new();
+
+pub fn tuning() -> Tuning {
+    *TUNING.get().unwrap_or(&DEFAULT_TUNING)
+}
+
+pub struct Args {
+    pub scenarios: Vec<Scenario>,
+    /// None: each scenario's default (both engines; SQLite only for `idle`).
+    pub engines: Option<Vec<Engine>>,
+}
+
+pub const USAGE: &str = "usage: cargo bench --bench receipts -- \
+     [seed|group-size|idle|cross-instance|all] [--engine sqlite|postgres|both] \
+     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit]";
+
+pub fn parse_args() -> Result<Args, String> {
+    let all = vec![
+        Scenario::Seed,
+        Scenario::GroupSize,
+        Scenario::Idle,
+        Scenario::CrossInstance,
+    ];
+    let mut scenarios = Vec::new();
+    let mut engines = None;
+    let mut tuning = DEFAULT_TUNING;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            // cargo bench appends --bench to a harness = false target.
+            "--bench" => {}
+            "--engine" => {
+                engines = Some(match args.next().as_deref() {
+                    Some("sqlite") => vec![Engine::Sqlite],
+                    Some("postgres") => vec![Engine::Postgres],
+                    Some("both") => vec![Engine::Sqlite, Engine::Postgres],
+                    other => return Err(format!("unknown engine {other:?}")),
+                })
+            }
+            "--sqlite-sync" => {
+                tuning.sqlite_sync = match args.next().as_deref() {
+                    Some("full") => SqliteSync::Full,
+                    Some("normal") => SqliteSync::Normal,
+                    other => return Err(format!("unknown SQLite sync {other:?}")),
+                };
+            }
+            "--pool-size" => {
+                tuning.pool_size = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--pool-size needs a positive number")?;
+            }
+            "--pg-async-commit" => tuning.pg_async_commit = true,
+            "seed" => scenarios.push(Scenario::Seed),
+            "group-size" => scenarios.push(Scenario::GroupSize),
+            "idle" => scenarios.push(Scenario::Idle),
+            "cross-instance" => scenarios.push(Scenario::CrossInstance),
+            "all" => scenarios.extend(all.iter().copied()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if scenarios.is_empty() {
+        scenarios = all;
+    }
+    TUNING.set(tuning).map_err(|_| "parse_args called twice")?;
+    Ok(Args { scenarios, engines })
+}

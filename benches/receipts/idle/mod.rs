@@ -1,0 +1,69 @@
+//! idle: 10,000 concurrent idle long-polls against the release binary, run as its own
+//! process so that its memory can be read from /proc; then one message wakes one group.
+
+mod binary;
+mod proc_status;
+mod raw_poll;
+mod report;
+mod run;
+
+use std::time::Duration;
+
+use crate::support::engine::Engine;
+
+pub const IDLE_USERS: usize = 10_000;
+pub const IDLE_GROUP_SIZE: usize = 100;
+pub const IDLE_POLL_TIMEOUT_S: u64 = 60;
+pub const IDLE_CONNECT_CONCURRENCY: usize = 200;
+pub const IDLE_SETUP_CONCURRENCY: usize = 32;
+pub const IDLE_OPEN_LIMIT: Duration = Duration::from_secs(40);
+pub const IDLE_SETTLE_LIMIT: Duration = Duration::from_secs(15);
+pub const IDLE_WAKE_LIMIT: Duration = Duration::from_secs(10);
+/// The second RSS sample, this long after the last poll was opened (well within timeout_s).
+pub const IDLE_STEADY_AFTER: Duration = Duration::from_secs(20);
+
+pub struct IdleResult {
+    pub engine: Engine,
+    pub rss_start: u64,
+    pub rss_before: u64,
+    pub rss_waiting: u64,
+    pub rss_steady: u64,
+    pub steady_secs: f64,
+    /// Before the polls, once the RSS settled, and at the steady-state sample.
+    pub threads: [u64; 3],
+    pub hwm: u64,
+    pub client_rss_growth: u64,
+    pub opened: usize,
+    pub open_secs: f64,
+    pub early: Vec<String>,
+    pub send_ms: f64,
+    pub wake: Vec<f64>,
+    pub others_woken: usize,
+    pub errors: String,
+}
+
+pub async fn bench(engines: &[Engine]) {
+    println!("## idle: {IDLE_USERS} concurrent idle long-polls\n");
+    println!(
+        "The release binary (`cargo build --release --bin chorus`) runs as its own process \
+         (defaults: actix workers = cores, pool 8, SQLite FULL; CHORUS_LONGPOLL_MAX_TOTAL=20000, \
+         CHORUS_LOG=warn). {IDLE_USERS} users in {} groups of {IDLE_GROUP_SIZE}, each takes a \
+         `/v1/sync` cursor, then each opens one `GET /v1/sync?cursor=…&timeout_s=\
+         {IDLE_POLL_TIMEOUT_S}` on its own TCP connection (raw HTTP/1.1 from tokio tasks in \
+         the bench process, at most {IDLE_CONNECT_CONCURRENCY} connecting at once). RSS is \
+         `VmRSS` of `/proc/<pid>/status`: before the polls, with all of them waiting once \
+         three samples 500 ms apart agree within 1%, and again {} s after the opening began \
+         (the same polls still waiting). Then one message goes to one group: \
+         the wake-up times of its {IDLE_GROUP_SIZE} members' polls count from just before \
+         the send request.\n",
+        IDLE_USERS / IDLE_GROUP_SIZE,
+        IDLE_STEADY_AFTER.as_secs(),
+    );
+    for &engine in engines {
+        eprintln!("== idle, {}", engine.title());
+        match run::run_idle(engine).await {
+            Ok(r) => report::print(&r),
+            Err(skip) => println!("{}: skipped: {skip}\n", engine.title()),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Latency samples and failures: nearest-rank summaries in milliseconds, failures counted by
+//! label, and how the tables print them.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Failures by label.
+#[derive(Default)]
+pub struct Errors(Mutex<BTreeMap<String, u64>>);
+
+impl Errors {
+    pub fn add(&self, label: String) {
+        *self.0.lock().unwrap().entry(label).or_default() += 1;
+    }
+
+    pub fn text(&self) -> String {
+        let errors = self.0.lock().unwrap();
+        if errors.is_empty() {
+            return "none".into();
+        }
+        errors
+            .iter()
+            .map(|(label, n)| format!("{n}× {label}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Latency samples in milliseconds.
+#[derive(Clone, Copy)]
+pub struct Summary {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+pub fn summarize(samples: &[f64]) -> Option<Summary> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    // Nearest rank.
+    let at = |q: f64| {
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        sorted[rank - 1]
+    };
+    Some(Summary {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: sorted[sorted.len() - 1],
+        mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+    })
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `b - a` in milliseconds, negative when b came first.
+pub fn signed_ms(a: Instant, b: Instant) -> f64 {
+    if b >= a {
+        ms(b - a)
+    } else {
+        -ms(a - b)
+    }
+}
+
+pub fn f2(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.2}"))
+}

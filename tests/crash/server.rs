@@ -1,0 +1,30 @@
+//! How these tests start the server: the debug binary cargo built, durable SQLite writes, only
+//! warnings in its log.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+
+/// Starts `chorus serve` on `database_url` with its log at `dir/log_name`, and waits until it
+/// answers /healthz; fails the test if it does not.
+pub async fn start_server(
+    dir: &Path,
+    database_url: &str,
+    log_name: &str,
+    client: &reqwest::Client,
+) -> ChildServer {
+    let config = ChildConfig {
+        binary: test_binary(),
+        data_dir: dir,
+        database_url: Some(database_url),
+        env: &[("CHORUS_LOG", "warn"), ("CHORUS_SQLITE_SYNC", "full")],
+    };
+    let mut server =
+        ChildServer::spawn(&config, dir.join(log_name)).unwrap_or_else(|e| panic!("{e}"));
+    server
+        .wait_healthy(client, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    server
+}

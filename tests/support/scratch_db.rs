@@ -1,0 +1,74 @@
+//! A database that exists for one test or bench run: a SQLite file in a temporary directory,
+//! or a scratch PostgreSQL database. Either is gone when the value is dropped.
+
+use crate::support::engine::{self, Engine};
+use crate::support::scratch_pg::ScratchPg;
+
+pub struct ScratchDb {
+    url: String,
+    engine: Engine,
+    /// Held for its Drop: it deletes the SQLite directory or drops the PostgreSQL database.
+    store: Store,
+}
+
+enum Store {
+    Sqlite(tempfile::TempDir),
+    Postgres(ScratchPg),
+}
+
+impl ScratchDb {
+    /// `chorus.sqlite3` in a fresh directory under the system temp dir (on this machine the
+    /// same disk as PostgreSQL's data, which keeps the benches' FULL and NORMAL comparable).
+    pub fn sqlite() -> Result<ScratchDb, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        Ok(ScratchDb {
+            url: dir.path().join("chorus.sqlite3").display().to_string(),
+            engine: Engine::Sqlite,
+            store: Store::Sqlite(dir),
+        })
+    }
+
+    /// `<prefix>_<random>` next to the database `admin_url` names.
+    pub fn postgres(admin_url: &str, prefix: &str) -> Result<ScratchDb, String> {
+        let db = ScratchPg::create(admin_url, prefix)?;
+        Ok(ScratchDb {
+            url: db.url(),
+            engine: Engine::Postgres,
+            store: Store::Postgres(db),
+        })
+    }
+
+    /// A test's database; fails the test when it cannot be made.
+    pub fn for_test(engine: Engine) -> ScratchDb {
+        let db = match engine {
+            Engine::Sqlite => ScratchDb::sqlite(),
+            Engine::Postgres => ScratchDb::postgres(&engine::test_pg_admin_url(), "chorus_test"),
+        };
+        db.unwrap_or_else(|e| panic!("a {} test database: {e}", engine.name()))
+    }
+
+    /// A bench run's database; Err says why the engine is skipped.
+    pub fn for_bench(engine: Engine) -> Result<ScratchDb, String> {
+        match engine {
+            Engine::Sqlite => ScratchDb::sqlite(),
+            Engine::Postgres => ScratchDb::postgres(&engine::bench_pg_admin_url(), "chorus_bench")
+                .map_err(|e| format!("{e}; set {}", engine::BENCH_PG_URL_VAR)),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The PostgreSQL database's name (None on SQLite), for settings made per database.
+    pub fn postgres_name(&self) -> Option<&str> {
+        match &self.store {
+            Store::Postgres(db) => Some(db.name()),
+            Store::Sqlite(_) => None,
+        }
+    }
+}
