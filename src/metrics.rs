@@ -107,9 +107,13 @@ pub async fn observe(
         })
         .map(str::to_owned)
         .unwrap_or_else(new_request_id);
-    let method = req.method().to_string();
-    let span =
-        tracing::info_span!("request", id = %request_id, method = %method, path = %req.path());
+    let method = method_label(req.method());
+    let span = tracing::info_span!(
+        "request",
+        id = %request_id,
+        method = %req.method(),
+        path = %req.path()
+    );
     let metrics = req.app_data::<actix_web::web::Data<Metrics>>().cloned();
     let mut response = next.call(req).instrument(span.clone()).await?;
     let route = response
@@ -121,11 +125,11 @@ pub async fn observe(
     if let Some(metrics) = metrics {
         metrics
             .requests
-            .with_label_values(&[&route, &method, &status.to_string()])
+            .with_label_values(&[&route, method, &status.to_string()])
             .inc();
         metrics
             .latency
-            .with_label_values(&[&route, &method])
+            .with_label_values(&[&route, method])
             .observe(elapsed.as_secs_f64());
     }
     if let Ok(value) = HeaderValue::from_str(&request_id) {
@@ -135,6 +139,28 @@ pub async fn observe(
         tracing::info!(status, route = %route, elapsed_ms = elapsed.as_secs_f64() * 1000.0, "answered")
     });
     Ok(response)
+}
+
+/// The method as a metrics label, from a closed set: a client may send any token as a method,
+/// and a label value per made-up method would grow `/metrics` and memory without bound.
+/// (Routes are closed already: a path no route matches is `unmatched`.)
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    const KNOWN: [(Method, &str); 9] = [
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::PATCH, "PATCH"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::CONNECT, "CONNECT"),
+        (Method::TRACE, "TRACE"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(known, _)| known == method)
+        .map_or("other", |(_, label)| label)
 }
 
 fn new_request_id() -> String {

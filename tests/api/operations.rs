@@ -33,6 +33,45 @@ async fn metrics_count_requests_by_route_template_and_business_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_and_paths_do_not_grow_the_metrics() {
+    let app = spawn_app(Engine::Sqlite).await;
+    let client = reqwest::Client::new();
+
+    for i in 0..200 {
+        let method = reqwest::Method::from_bytes(format!("X{i:06}").as_bytes()).unwrap();
+        let response = client
+            .request(method, format!("{}/nowhere/{i}", app.address))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            404,
+            "an unknown path is a JSON 404"
+        );
+    }
+    let text = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    let request_series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("chorus_http_requests_total{"))
+        .collect();
+    assert!(
+        request_series.len() <= 3,
+        "200 made-up methods and paths fold into a few series: {request_series:?}"
+    );
+    assert!(text.contains(
+        r#"chorus_http_requests_total{method="other",route="unmatched",status="404"} 200"#
+    ));
+    assert!(!text.contains("X000"), "no made-up method reaches a label");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_response_carries_a_request_id_and_keeps_a_sane_one_from_the_client() {
     let app = spawn_app(Engine::Sqlite).await;
     let client = reqwest::Client::new();
