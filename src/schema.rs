@@ -70,6 +70,7 @@ diesel::table! {
         created_at -> Timestamp,
         last_seen_at -> Timestamp,
         removed_at -> Nullable<Timestamp>,
+        tokens_refused_until -> Nullable<Timestamp>,
     }
 }
 

@@ -4,7 +4,7 @@ use diesel::QueryResult;
 
 use super::access::{member_of, Checked, Membership, Refusal};
 use super::devices::{advance_device, device_ack};
-use super::member_events::{record_member_events, MemberEventKind};
+use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::members::{advance_member, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
 use super::receipts::record_change;
@@ -45,15 +45,21 @@ pub fn ack(
     acks: &[AckRequest],
     wakes: &mut Wakes,
 ) -> Checked<Vec<CursorState>> {
-    let mut states = Vec::with_capacity(acks.len());
-    for (index, request) in acks.iter().enumerate() {
-        let state = ack_one(conn, user_id, device, request, wakes)?;
-        states.push(refuse_unless!(state.map_err(|refusal| Refusal::InBatch {
-            index,
-            refusal: Box::new(refusal),
+    // Rows are locked in group order whatever the request's order, as every other write that
+    // touches several groups does, so two batches cannot deadlock each other.
+    let mut order: Vec<usize> = (0..acks.len()).collect();
+    order.sort_by_key(|&i| acks[i].group_id);
+    let mut states: Vec<Option<CursorState>> = vec![None; acks.len()];
+    for index in order {
+        let state = ack_one(conn, user_id, device, &acks[index], wakes)?;
+        states[index] = Some(refuse_unless!(state.map_err(|refusal| {
+            Refusal::InBatch {
+                index,
+                refusal: Box::new(refusal),
+            }
         })));
     }
-    Ok(Ok(states))
+    Ok(Ok(states.into_iter().flatten().collect()))
 }
 
 /// Where one ack moves the caller's cursors: reading implies delivery to this device, and an
@@ -101,20 +107,29 @@ fn ack_one(
     if ack_to <= device_ack_before && read_to <= member.last_read_msg_id {
         return Ok(Ok(state));
     }
+    // A device catching up on what another device already had leaves the membership row
+    // (receipts, the read position) as it is.
+    let member_moves = read_to > member.last_read_msg_id
+        || ack_to > member.delivered_msg_id
+        || (device.is_none() && ack_to > member.last_ack_msg_id);
+    // The membership row is locked before the device's row, the order a send takes them in,
+    // so an ack and a send from one device cannot deadlock.
+    let after = if member_moves {
+        let advance = Advance {
+            default_ack_to: if device.is_none() { ack_to } else { 0 },
+            read_to,
+            delivered_to: ack_to,
+        };
+        Some(advance_member(conn, group_id, user_id, advance)?)
+    } else {
+        None
+    };
     if let Some(d) = device {
         state.last_ack_msg_id = advance_device(conn, GroupId(group_id), user_id, d, MsgId(ack_to))?;
-        if read_to <= member.last_read_msg_id && ack_to <= member.delivered_msg_id {
-            // A device catching up on what another device already had: receipts and the
-            // user's read position stay as they are.
-            return Ok(Ok(state));
-        }
     }
-    let advance = Advance {
-        default_ack_to: if device.is_none() { ack_to } else { 0 },
-        read_to,
-        delivered_to: ack_to,
+    let Some(after) = after else {
+        return Ok(Ok(state));
     };
-    let after = advance_member(conn, group_id, user_id, advance)?;
     if device.is_none() {
         state.last_ack_msg_id = after.last_ack_msg_id;
     }
@@ -145,7 +160,13 @@ fn record_effects(
         wakes.record(WakeEvent::CursorMoved(group_id));
     }
     if state.read_moved {
-        record_member_events(conn, group_id, &[user_id], MemberEventKind::Read, device)?;
+        record_member_events(
+            conn,
+            group_id,
+            &[user_id],
+            MemberEventKind::Read,
+            Cause::Device(device),
+        )?;
         wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
     Ok(())

@@ -28,6 +28,7 @@ pub struct DeviceRow {
     pub created_at: NaiveDateTime,
     pub last_seen_at: NaiveDateTime,
     pub removed_at: Option<NaiveDateTime>,
+    pub tokens_refused_until: Option<NaiveDateTime>,
 }
 
 /// Whether a token naming a device may be used, decided by [`check_device`].
@@ -70,8 +71,13 @@ fn standing(
     if row.user_id != user_id {
         return DeviceStanding::OtherUser;
     }
+    let refused = row
+        .tokens_refused_until
+        .is_some_and(|until| issued_at <= until.and_utc().timestamp());
+    if refused {
+        return DeviceStanding::SignedOut;
+    }
     match row.removed_at {
-        Some(removed) if issued_at <= removed.and_utc().timestamp() => DeviceStanding::SignedOut,
         // Signed in again since the sign-out: the touch revives it.
         Some(_) => DeviceStanding::NeedsTouch,
         None if (now - row.last_seen_at).num_seconds() >= LAST_SEEN_GRANULARITY_SECS => {
@@ -143,13 +149,17 @@ pub fn remove_device(
     user_id: &str,
     device_id: &str,
 ) -> QueryResult<bool> {
+    let now = now_utc();
     let removed = diesel::update(
         devices::table
             .filter(devices::device_id.eq(device_id))
             .filter(devices::user_id.eq(user_id))
             .filter(devices::removed_at.is_null()),
     )
-    .set(devices::removed_at.eq(Some(now_utc())))
+    .set((
+        devices::removed_at.eq(Some(now)),
+        devices::tokens_refused_until.eq(Some(now)),
+    ))
     .execute(conn)?;
     if removed == 0 {
         return Ok(false);
@@ -259,6 +269,7 @@ mod tests {
             created_at: now,
             last_seen_at: now - chrono::Duration::seconds(seen_secs_ago),
             removed_at: removed_secs_ago.map(|s| now - chrono::Duration::seconds(s)),
+            tokens_refused_until: removed_secs_ago.map(|s| now - chrono::Duration::seconds(s)),
         }
     }
 

@@ -38,8 +38,9 @@ impl DbError {
 }
 
 /// Messages of errors that mean "busy, try again", which diesel reports without a kind.
-const BUSY_MESSAGES: [&str; 3] = [
+const BUSY_MESSAGES: [&str; 4] = [
     "database is locked",
+    "deadlock detected",
     "canceling statement due to statement timeout",
     "canceling statement due to lock timeout",
 ];

@@ -2,7 +2,7 @@
 
 use diesel::prelude::*;
 
-use super::member_events::{record_member_events, MemberEventKind};
+use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::AnyConnection;
 use crate::on_engine;
@@ -40,7 +40,13 @@ pub fn create_group(
         .values(&rows)
         .execute(c))?;
     let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
-    record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+    record_member_events(
+        conn,
+        group_id,
+        &joined,
+        MemberEventKind::Joined,
+        Cause::NotTheUser,
+    )?;
     for user in joined {
         wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
     }
@@ -56,37 +62,38 @@ pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option
         .optional()
 }
 
-/// Hands out the group's next message id, sent at `now`. The update takes the group's row lock
-/// on PostgreSQL, so concurrent senders to one group queue here and ids commit in order with no
+/// Hands out the group's next message id. The update takes the group's row lock on
+/// PostgreSQL, so concurrent senders to one group queue here and ids commit in order with no
 /// gaps: a transaction that rolls back also rolls back its increment.
-pub fn allocate_msg_id(
-    conn: &mut AnyConnection,
-    group_id: i64,
-    now: chrono::NaiveDateTime,
-) -> QueryResult<i64> {
+pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
     diesel::update(groups::table.find(group_id))
-        .set((
-            groups::last_msg_id.eq(groups::last_msg_id + 1),
-            groups::last_activity_at.eq(now),
-        ))
+        .set(groups::last_msg_id.eq(groups::last_msg_id + 1))
         .returning(groups::last_msg_id)
         .get_result(conn)
 }
 
+/// Records that the group had a message at `at` (its place in the chat list); never moves the
+/// time back.
+pub fn touch_activity(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    at: chrono::NaiveDateTime,
+) -> QueryResult<()> {
+    diesel::update(
+        groups::table
+            .find(group_id)
+            .filter(groups::last_activity_at.lt(at)),
+    )
+    .set(groups::last_activity_at.eq(at))
+    .execute(conn)
+    .map(|_| ())
+}
+
 /// Hands back the id [`allocate_msg_id`] just gave out, in the same transaction (which still
-/// holds the group's row lock, so no other send took a later one), and the activity time with
-/// it: the previous message's, or the group's creation when there is none (or it expired).
+/// holds the group's row lock, so no other send took a later one).
 pub fn release_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<()> {
-    let previous_activity = diesel::dsl::sql::<diesel::sql_types::Timestamp>(
-        "COALESCE((SELECT m.created_at FROM group_msgs m \
-                   WHERE m.group_id = groups.group_id AND m.msg_id = groups.last_msg_id - 1), \
-                  groups.created_at)",
-    );
     diesel::update(groups::table.find(group_id))
-        .set((
-            groups::last_msg_id.eq(groups::last_msg_id - 1),
-            groups::last_activity_at.eq(previous_activity),
-        ))
+        .set(groups::last_msg_id.eq(groups::last_msg_id - 1))
         .execute(conn)
         .map(|_| ())
 }

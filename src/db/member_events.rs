@@ -27,6 +27,25 @@ impl MemberEventKind {
     }
 }
 
+/// Who caused a member event: one of the user's devices, or something else.
+#[derive(Debug, Clone, Copy)]
+pub enum Cause<'a> {
+    /// A device of the user (None: their default device). Its own polls skip the event.
+    Device(Option<&'a DeviceId>),
+    /// The group's owner or the service (joins, removals, messages expiring): no poll of the
+    /// user skips it. Stored as a value no device id can take.
+    NotTheUser,
+}
+
+impl Cause<'_> {
+    fn column(self) -> &'static str {
+        match self {
+            Cause::Device(_) => "",
+            Cause::NotTheUser => "#",
+        }
+    }
+}
+
 /// The device column's value: '' for the default device.
 pub fn device_column(device: Option<&DeviceId>) -> &str {
     device.map_or("", DeviceId::as_str)
@@ -42,23 +61,26 @@ struct NewMemberEvent<'a> {
     created_at: NaiveDateTime,
 }
 
-/// Records one change for `users` in the group, caused by `device` (None: the default device,
-/// or not caused by the users themselves).
+/// Records one change for `users` in the group.
 pub fn record_member_events(
     conn: &mut AnyConnection,
     group_id: i64,
     users: &[&str],
     kind: MemberEventKind,
-    device: Option<&DeviceId>,
+    cause: Cause<'_>,
 ) -> QueryResult<()> {
     let now = now_utc();
+    let device_id = match cause {
+        Cause::Device(device) => device_column(device),
+        other => other.column(),
+    };
     let rows: Vec<NewMemberEvent> = users
         .iter()
         .map(|user_id| NewMemberEvent {
             user_id,
             group_id,
             kind: kind.as_str(),
-            device_id: device_column(device),
+            device_id,
             created_at: now,
         })
         .collect();

@@ -8,7 +8,7 @@ use diesel::sql_types::BigInt;
 use super::access::{member_of, Checked, Refusal};
 use super::devices;
 use super::groups::{count_members, lock_last_msg_id};
-use super::member_events::{record_member_events, MemberEventKind};
+use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::receipts::record_change;
 use super::AnyConnection;
@@ -83,7 +83,13 @@ pub fn add_members(
             .execute(c))?;
     }
     let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
-    record_member_events(conn, group_id, &joined, MemberEventKind::Joined, None)?;
+    record_member_events(
+        conn,
+        group_id,
+        &joined,
+        MemberEventKind::Joined,
+        Cause::NotTheUser,
+    )?;
     for user in &joined {
         wakes.record(WakeEvent::MembershipChanged((*user).to_owned()));
     }
@@ -124,7 +130,13 @@ pub fn remove_member(
         MsgId(member.joined_after_msg_id),
         MsgId(last_msg_id),
     )?;
-    record_member_events(conn, group_id, &[user_id], MemberEventKind::Left, None)?;
+    record_member_events(
+        conn,
+        group_id,
+        &[user_id],
+        MemberEventKind::Left,
+        Cause::NotTheUser,
+    )?;
     wakes.record(WakeEvent::CursorMoved(group_id));
     wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
     Ok(Ok(()))
@@ -285,7 +297,13 @@ pub fn read_past_expired(
     .returning(group_members::user_id)
     .get_results(conn)?;
     let users: Vec<&str> = moved.iter().map(String::as_str).collect();
-    record_member_events(conn, group_id, &users, MemberEventKind::Read, None)?;
+    record_member_events(
+        conn,
+        group_id,
+        &users,
+        MemberEventKind::Read,
+        Cause::NotTheUser,
+    )?;
     for user in moved {
         wakes.record(WakeEvent::ReadMoved(user));
     }

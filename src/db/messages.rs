@@ -4,7 +4,7 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 
 use super::access::{member_of, Checked, Refusal};
-use super::groups::{allocate_msg_id, release_msg_id};
+use super::groups::{allocate_msg_id, release_msg_id, touch_activity};
 use super::members::{advance_past_own_message, read_past_expired};
 use super::models::{now_utc, MessageRow, NewMessage};
 use super::AnyConnection;
@@ -35,8 +35,9 @@ pub fn send(
     wakes: &mut Wakes,
 ) -> Checked<SendOutcome> {
     refuse_unless!(member_of(conn, group_id, sender_id)?);
+    let msg_id = allocate_msg_id(conn, group_id)?;
+    // Taken once the group's row lock is held, so a group's messages are stamped in id order.
     let now = now_utc();
-    let msg_id = allocate_msg_id(conn, group_id, now)?;
     let message = NewMessage {
         group_id,
         msg_id,
@@ -51,12 +52,13 @@ pub fn send(
         .execute(c))?;
     if inserted == 0 {
         // Sent before: the group row is still locked by this transaction, so the id can go
-        // back and the next send takes it.
+        // back and the next send takes it. The group's activity time was not touched.
         release_msg_id(conn, group_id)?;
         let original = find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
             .ok_or(DieselError::NotFound)?;
         return Ok(Ok(SendOutcome::Existing(original)));
     }
+    touch_activity(conn, group_id, now)?;
     match advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id)) {
         // The sender's membership row vanished between the check and the write.
         Err(DieselError::NotFound) => return Ok(Err(Refusal::NotMember { group_id })),

@@ -19,6 +19,7 @@ on_both_engines!(
     delivered_counts_a_member_once_whichever_device_received_it,
     requests_without_a_device_keep_the_default_device_cursor,
     a_send_from_a_device_moves_only_that_devices_cursor,
+    a_device_that_reads_and_replies_at_once_gets_answers_to_both,
 );
 
 /// The messages' ids of a page.
@@ -380,5 +381,37 @@ async fn a_send_from_a_device_moves_only_that_devices_cursor(app: TestApp) {
     assert_eq!(
         unread_of(&app.my_groups("bob#laptop", "").await.body, group),
         0
+    );
+}
+
+/// A phone opening a chat acks what it shows and sends a reply at the same moment: both
+/// requests touch the member's row and the device's row, and neither may fail or leave the
+/// counts wrong.
+async fn a_device_that_reads_and_replies_at_once_gets_answers_to_both(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    for round in 0..30 {
+        let last = app
+            .send_ok("alice", group, &format!("question {round}"))
+            .await;
+
+        let client_msg_id = format!("r-{round}");
+        let (ack, reply) = tokio::join!(
+            app.ack("bob#phone", group, json!({"last_ack_msg_id": last})),
+            app.send("bob#phone", group, &client_msg_id, "answer")
+        );
+
+        assert_eq!(ack.status, 200, "round {round}: {:?}", ack.body);
+        assert_eq!(reply.status, 201, "round {round}: {:?}", reply.body);
+    }
+    let bob = app.my_groups("bob#phone", "").await;
+    assert_eq!(
+        bob.body["groups"][0]["unread_count"], 0,
+        "read all, own replies never unread"
+    );
+    let laptop = app.pull_and_ack_all("bob#laptop", group).await;
+    assert_eq!(
+        laptop,
+        (1..=60).collect::<Vec<i64>>(),
+        "every message, once, in order"
     );
 }

@@ -115,6 +115,14 @@ async fn a_signed_out_device_is_refused_until_it_signs_in_again_and_then_catches
         device_ids(&app.my_devices("bob").await.body),
         vec!["phone", "laptop"]
     );
+    // Signing in again does not bring back the tokens the sign-out refused.
+    let (status, body) =
+        get_with_token(&app, "/v1/me/groups", "/v1/me/groups", &old_phone_token).await;
+    assert_eq!(
+        status, 401,
+        "a token from before the sign-out stays refused"
+    );
+    assert_eq!(body["error"]["code"], "device_signed_out");
 }
 
 async fn removing_unknown_removed_or_foreign_devices_is_404_and_changes_nothing(app: TestApp) {

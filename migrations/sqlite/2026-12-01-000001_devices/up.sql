@@ -47,8 +47,10 @@ CREATE TABLE devices (
     user_id      TEXT      NOT NULL,
     created_at   TIMESTAMP NOT NULL,
     last_seen_at TIMESTAMP NOT NULL,
-    -- Set when the user signed the device out: tokens issued until then are refused.
-    removed_at   TIMESTAMP
+    -- Set while the user has the device signed out; cleared when it signs in again.
+    removed_at   TIMESTAMP,
+    -- The last sign-out: tokens issued until then stay refused, also after a new sign-in.
+    tokens_refused_until TIMESTAMP
 );
 CREATE INDEX devices_by_user ON devices (user_id);
 CREATE INDEX devices_by_last_seen ON devices (last_seen_at);
