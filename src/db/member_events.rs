@@ -37,10 +37,10 @@ pub enum Cause<'a> {
     NotTheUser,
 }
 
-impl Cause<'_> {
-    fn column(self) -> &'static str {
+impl<'a> Cause<'a> {
+    fn column(self) -> &'a str {
         match self {
-            Cause::Device(_) => "",
+            Cause::Device(device) => device_column(device),
             Cause::NotTheUser => "#",
         }
     }
@@ -70,10 +70,7 @@ pub fn record_member_events(
     cause: Cause<'_>,
 ) -> QueryResult<()> {
     let now = now_utc();
-    let device_id = match cause {
-        Cause::Device(device) => device_column(device),
-        other => other.column(),
-    };
+    let device_id = cause.column();
     let rows: Vec<NewMemberEvent> = users
         .iter()
         .map(|user_id| NewMemberEvent {
