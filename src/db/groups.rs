@@ -2,12 +2,11 @@
 
 use diesel::prelude::*;
 
-use super::member_events::{record_member_events, Cause, MemberEventKind};
+use super::members::insert_joined;
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::AnyConnection;
-use crate::on_engine;
 use crate::schema::{group_members, groups};
-use crate::wake::{WakeEvent, Wakes};
+use crate::wake::Wakes;
 
 /// Creates a group owned by `owner_id` with the given other members.
 pub fn create_group(
@@ -36,20 +35,7 @@ pub fn create_group(
             .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
     );
     let member_count = rows.len() as i64;
-    on_engine!(conn, |c| diesel::insert_into(group_members::table)
-        .values(&rows)
-        .execute(c))?;
-    let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
-    record_member_events(
-        conn,
-        group_id,
-        &joined,
-        MemberEventKind::Joined,
-        Cause::NotTheUser,
-    )?;
-    for user in joined {
-        wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
-    }
+    insert_joined(conn, group_id, &rows, wakes)?;
     let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
     Ok((group, member_count))
 }

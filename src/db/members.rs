@@ -77,9 +77,22 @@ pub fn add_members(
         let max = max_members;
         return Ok(Err(Refusal::TooManyMembers { current, max }));
     }
-    if !rows.is_empty() {
+    insert_joined(conn, group_id, &rows, wakes)?;
+    Ok(Ok(rows.into_iter().map(|r| r.user_id).collect()))
+}
+
+/// Inserts new members of a group, tells their other devices they joined, and wakes their
+/// waiting polls (so they start watching it): what creating a group and adding members share.
+pub fn insert_joined(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    rows: &[NewMember],
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
+    // In chunks, to stay below SQLite's limit on bind parameters in one statement.
+    for chunk in rows.chunks(500) {
         on_engine!(conn, |c| diesel::insert_into(group_members::table)
-            .values(&rows)
+            .values(chunk)
             .execute(c))?;
     }
     let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
@@ -90,10 +103,10 @@ pub fn add_members(
         MemberEventKind::Joined,
         Cause::NotTheUser,
     )?;
-    for user in &joined {
-        wakes.record(WakeEvent::MembershipChanged((*user).to_owned()));
+    for user in joined {
+        wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
     }
-    Ok(Ok(rows.into_iter().map(|r| r.user_id).collect()))
+    Ok(())
 }
 
 /// `actor_id` removes `user_id` from the group: the owner anyone but themselves, any member
