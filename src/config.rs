@@ -70,6 +70,8 @@ pub mod defaults {
     pub const WORKERS: usize = 0;
     pub const RECEIPT_RETENTION_SECS: i64 = 7 * 24 * 3600;
     pub const DEVICE_RETENTION_SECS: i64 = 30 * 24 * 3600;
+    pub const RECALL_WINDOW_SECS: i64 = 24 * 3600;
+    pub const EDIT_WINDOW_SECS: i64 = 24 * 3600;
     pub const RETENTION_INTERVAL_SECS: u64 = 60;
     pub const LONGPOLL_MAX_PER_USER: usize = 8;
     pub const LONGPOLL_MAX_TOTAL: usize = 20_000;
@@ -141,6 +143,16 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_DEVICE_RETENTION_SECS", default_value_t = defaults::DEVICE_RETENTION_SECS, global = true)]
     pub device_retention_secs: i64,
 
+    /// A message's sender may recall it for this many seconds after sending (then 409
+    /// `recall_window_passed`). The owner may delete any message at any time.
+    #[arg(long, env = "CHORUS_RECALL_WINDOW_SECS", default_value_t = defaults::RECALL_WINDOW_SECS, value_parser = clap::value_parser!(i64).range(0..), global = true)]
+    pub recall_window_secs: i64,
+
+    /// A message's sender may edit it for this many seconds after sending (then 409
+    /// `edit_window_passed`).
+    #[arg(long, env = "CHORUS_EDIT_WINDOW_SECS", default_value_t = defaults::EDIT_WINDOW_SECS, value_parser = clap::value_parser!(i64).range(0..), global = true)]
+    pub edit_window_secs: i64,
+
     /// Delete messages older than this many seconds. Unset: keep messages forever.
     #[arg(long, env = "CHORUS_MESSAGE_RETENTION_SECS", global = true)]
     pub message_retention_secs: Option<i64>,
@@ -182,6 +194,8 @@ impl Settings {
             workers: defaults::WORKERS,
             receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
             device_retention_secs: defaults::DEVICE_RETENTION_SECS,
+            recall_window_secs: defaults::RECALL_WINDOW_SECS,
+            edit_window_secs: defaults::EDIT_WINDOW_SECS,
             message_retention_secs: None,
             retention_interval_secs: defaults::RETENTION_INTERVAL_SECS,
             longpoll_max_per_user: defaults::LONGPOLL_MAX_PER_USER,

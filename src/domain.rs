@@ -15,6 +15,10 @@ pub const MAX_PAGE_LIMIT: i64 = 200;
 pub const MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;
 /// Characters of a group's last message shown in the chat list.
 pub const PREVIEW_CHARS: usize = 120;
+/// Members one message may mention by name.
+pub const MAX_MENTIONS: usize = 50;
+/// Bytes of a message's `ext` object, as the client wrote it.
+pub const MAX_EXT_BYTES: usize = 4096;
 
 /// A group's id. Ids of groups and messages are distinct types where a function takes both,
 /// so the two cannot be swapped; they bind to SQL as the BIGINT they are.
@@ -141,6 +145,26 @@ pub fn parse_user_ids(field: &str, raw: &[String]) -> Result<Vec<String>, Valida
         }
     }
     Ok(ids)
+}
+
+/// The members a message mentions: at most 50 distinct user ids, in first-seen order.
+pub fn parse_mentions(raw: &[String]) -> Result<Vec<String>, ValidationError> {
+    if raw.len() > MAX_MENTIONS {
+        return Err(invalid("mentions", "at most 50 user ids"));
+    }
+    parse_user_ids("mentions", raw)
+}
+
+/// A message's client data: a JSON object of at most 4096 bytes as written (the body parser
+/// has already checked that it is JSON).
+pub fn parse_ext(raw: &str) -> Result<String, ValidationError> {
+    if !raw.trim_start().starts_with('{') {
+        return Err(invalid("ext", "must be a JSON object"));
+    }
+    if raw.len() > MAX_EXT_BYTES {
+        return Err(invalid("ext", "must be at most 4096 bytes of JSON"));
+    }
+    Ok(raw.to_owned())
 }
 
 /// The sender's idempotency key: 1–128 printable ASCII characters, no spaces.

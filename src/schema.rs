@@ -35,6 +35,22 @@ diesel::table! {
         client_msg_id -> Text,
         content -> Text,
         created_at -> Timestamp,
+        kind -> Text,
+        target_msg_id -> Nullable<BigInt>,
+        reply_to_msg_id -> Nullable<BigInt>,
+        mention_all -> Bool,
+        ext -> Nullable<Text>,
+        detail -> Nullable<Text>,
+        edited_at -> Nullable<Timestamp>,
+        retracted_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    mentions (group_id, msg_id, user_id) {
+        group_id -> BigInt,
+        msg_id -> BigInt,
+        user_id -> Text,
     }
 }
 
@@ -48,6 +64,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     devices,
     device_cursors,
     member_events,
+    mentions,
 );
 
 diesel::table! {

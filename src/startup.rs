@@ -13,6 +13,7 @@ use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
+use crate::db::message_changes::ChangeWindows;
 use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
@@ -46,6 +47,10 @@ impl Application {
             notifier: notifier.clone(),
             longpoll: LongPollSettings {
                 retention_secs: settings.receipt_retention_secs,
+            },
+            change_windows: ChangeWindows {
+                recall_secs: settings.recall_window_secs,
+                edit_secs: settings.edit_window_secs,
             },
         });
         let server = build_server(listener, state, settings)?;

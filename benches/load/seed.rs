@@ -2,8 +2,10 @@
 //! messages over HTTP would take longer than the runs. Each db write the bench makes is in one
 //! function here, so a change of the db layer's signatures is an edit in one place.
 
+use chorus::config::defaults;
 use chorus::db::access::Checked;
-use chorus::db::messages::SendOutcome;
+use chorus::db::message_changes::ChangeWindows;
+use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
 use chorus::db::AnyConnection;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
 use chorus::wake::Wakes;
@@ -31,14 +33,24 @@ fn seed_message(
     sender: &str,
     client_msg_id: &str,
 ) -> Checked<SendOutcome> {
+    let author = Author {
+        user_id: sender,
+        device: None,
+    };
+    let entry = UserEntry::Message(MessageDraft::text(CONTENT));
+    let windows = ChangeWindows {
+        recall_secs: defaults::RECALL_WINDOW_SECS,
+        edit_secs: defaults::EDIT_WINDOW_SECS,
+    };
+    let mut wakes = Wakes::default();
     chorus::db::messages::send(
         conn,
         group_id,
-        sender,
-        None,
+        author,
         client_msg_id,
-        CONTENT,
-        &mut Wakes::default(),
+        &entry,
+        windows,
+        &mut wakes,
     )
 }
 

@@ -9,6 +9,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::db::access::Refusal;
+use crate::db::models::EntryKind;
 use crate::db::DbError;
 use crate::domain::ValidationError;
 
@@ -41,6 +42,17 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     AckBeyondLastMessage(String),
+    /// The entry is not a message with receipts (recalled, deleted, a change or a system line).
+    #[error("{0}")]
+    NoReceipts(String),
+    #[error("{0}")]
+    MessageRetracted(String),
+    #[error("{0}")]
+    NotAMessage(String),
+    #[error("{0}")]
+    RecallWindowPassed(String),
+    #[error("{0}")]
+    EditWindowPassed(String),
     #[error("{0}")]
     CursorExpired(String),
     #[error("{0}")]
@@ -83,6 +95,11 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
+            ApiError::NoReceipts(_) => "no_receipts",
+            ApiError::MessageRetracted(_) => "message_retracted",
+            ApiError::NotAMessage(_) => "not_a_message",
+            ApiError::RecallWindowPassed(_) => "recall_window_passed",
+            ApiError::EditWindowPassed(_) => "edit_window_passed",
             ApiError::CursorExpired(_) => "cursor_expired",
             ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
@@ -102,7 +119,12 @@ impl ResponseError for ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_)
+            | ApiError::NoReceipts(_)
+            | ApiError::MessageRetracted(_)
+            | ApiError::NotAMessage(_)
+            | ApiError::RecallWindowPassed(_)
+            | ApiError::EditWindowPassed(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::AckBeyondLastMessage(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -187,6 +209,58 @@ impl From<Refusal> for ApiError {
             } => ApiError::AckBeyondLastMessage(format!(
                 "cannot ack {requested} in group {group_id}: its last message is {last_msg_id}"
             )),
+            Refusal::NoReceipts { msg_id, kind } => ApiError::NoReceipts(match kind {
+                EntryKind::Recalled | EntryKind::Deleted => {
+                    format!("message {msg_id} was {}: it has no receipts", kind.as_str())
+                }
+                _ => format!(
+                    "entry {msg_id} is a {} entry: only messages have receipts",
+                    kind.as_str()
+                ),
+            }),
+            Refusal::NoSuchEntry {
+                field,
+                group_id,
+                msg_id,
+            } => ApiError::Validation(format!(
+                "{field}: {msg_id} is not an earlier entry of group {group_id} that you can see"
+            )),
+            Refusal::NotAMessage {
+                field,
+                msg_id,
+                kind,
+            } => ApiError::NotAMessage(format!(
+                "{field}: entry {msg_id} is a {} entry, not a message",
+                kind.as_str()
+            )),
+            Refusal::Retracted { msg_id, kind } => {
+                ApiError::MessageRetracted(format!("message {msg_id} was {}", kind.as_str()))
+            }
+            Refusal::NotSender { msg_id } => ApiError::Forbidden(format!(
+                "only the sender of message {msg_id} may recall or edit it"
+            )),
+            Refusal::WindowPassed {
+                change,
+                msg_id,
+                window_secs,
+            } => {
+                let message = format!(
+                    "message {msg_id} is older than the {window_secs} s in which it may be {}",
+                    if change == EntryKind::Edit {
+                        "edited"
+                    } else {
+                        "recalled"
+                    }
+                );
+                if change == EntryKind::Edit {
+                    ApiError::EditWindowPassed(message)
+                } else {
+                    ApiError::RecallWindowPassed(message)
+                }
+            }
+            Refusal::MentionOfNonMember { user_id } => {
+                ApiError::Validation(format!("mentions: {user_id} is not a member of the group"))
+            }
             Refusal::InBatch { index, refusal } => {
                 ApiError::from(*refusal).map_message(|m| format!("acks[{index}]: {m}"))
             }
@@ -212,6 +286,11 @@ impl ApiError {
             PayloadTooLarge(m) => PayloadTooLarge(f(m)),
             UnsupportedMediaType(m) => UnsupportedMediaType(f(m)),
             AckBeyondLastMessage(m) => AckBeyondLastMessage(f(m)),
+            NoReceipts(m) => NoReceipts(f(m)),
+            MessageRetracted(m) => MessageRetracted(f(m)),
+            NotAMessage(m) => NotAMessage(f(m)),
+            RecallWindowPassed(m) => RecallWindowPassed(f(m)),
+            EditWindowPassed(m) => EditWindowPassed(f(m)),
             CursorExpired(m) => CursorExpired(f(m)),
             TooManyWaiters(m) => TooManyWaiters(f(m)),
             Unavailable(m) => Unavailable(f(m)),

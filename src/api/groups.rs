@@ -7,8 +7,10 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
+use crate::db::access::Refusal;
 use crate::db::{groups, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId, MAX_GROUP_MEMBERS};
+use crate::refuse_unless;
 
 #[derive(Deserialize)]
 pub struct CreateGroupBody {
@@ -45,6 +47,35 @@ pub async fn get_group(
     })
     .await?;
     Ok(HttpResponse::Ok().json(GroupView::new(membership.group, member_count)))
+}
+
+#[derive(Deserialize)]
+pub struct RenameGroupBody {
+    name: String,
+}
+
+/// The owner renames the group; the members see a `group_renamed` line in its log.
+#[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
+pub async fn rename_group(
+    user: AuthUser,
+    state: web::Data<AppState>,
+    path: web::Path<(i64,)>,
+    body: web::Json<RenameGroupBody>,
+) -> Result<HttpResponse, ApiError> {
+    let group_id = path.0;
+    let name = parse_group_name(&body.name)?;
+    let actor = user.id().to_owned();
+    let (group, member_count) = state
+        .db
+        .write_checked(move |conn, wakes| {
+            let group = refuse_unless!(groups::rename_group(conn, group_id, &actor, &name, wakes)?);
+            Ok(Ok::<_, Refusal>((
+                group,
+                groups::count_members(conn, group_id)?,
+            )))
+        })
+        .await??;
+    Ok(HttpResponse::Ok().json(GroupView::new(group, member_count)))
 }
 
 #[derive(Deserialize)]

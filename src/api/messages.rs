@@ -5,24 +5,24 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::message_body::SendMessageBody;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
 use crate::db::access::Membership;
+use crate::db::access::Refusal;
 use crate::db::devices::device_ack;
-use crate::db::messages::{self, SendOutcome};
-use crate::db::models::{MemberRow, MessageRow};
+use crate::db::entry_refs::{load_refs, EntryRefs};
+use crate::db::messages::{self, Author, SendOutcome};
+use crate::db::models::{EntryKind, MemberRow, MessageRow};
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
 use crate::db::AnyConnection;
-use crate::domain::{parse_client_msg_id, parse_content, parse_limit, parse_msg_id};
+use crate::domain::{parse_limit, parse_msg_id};
 use crate::domain::{DeviceId, GroupId, MsgId};
+use crate::refuse_unless;
 
-#[derive(Deserialize)]
-pub struct SendMessageBody {
-    client_msg_id: String,
-    content: String,
-}
+const MESSAGE: &str = EntryKind::Message.as_str();
 
-/// 201 with the new message, or 200 with the original when `client_msg_id` was seen before.
+/// 201 with the new entry, or 200 with the original when `client_msg_id` was seen before.
 #[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
 pub async fn send_message(
     user: AuthUser,
@@ -31,29 +31,37 @@ pub async fn send_message(
     body: web::Json<SendMessageBody>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
-    let client_msg_id = parse_client_msg_id(&body.client_msg_id)?;
-    let content = parse_content(&body.content)?;
+    let (client_msg_id, entry) = body.parse()?;
     let sender = user.clone();
-    let outcome = state
+    let windows = state.change_windows;
+    let (created, view) = state
         .db
         .write_checked(move |conn, wakes| {
-            messages::send(
+            let author = Author {
+                user_id: sender.id(),
+                device: sender.device.as_ref(),
+            };
+            let outcome = refuse_unless!(messages::send(
                 conn,
                 group_id,
-                sender.id(),
-                sender.device.as_ref(),
+                author,
                 &client_msg_id,
-                &content,
+                &entry,
+                windows,
                 wakes,
-            )
+            )?);
+            let created = matches!(outcome, SendOutcome::Created(_));
+            let (SendOutcome::Created(row) | SendOutcome::Existing(row)) = outcome;
+            // The author saw what their entry points at when they wrote it.
+            let refs = load_refs(conn, group_id, std::slice::from_ref(&row))?;
+            Ok(Ok::<_, Refusal>((created, MessageView::new(row, &refs, 0))))
         })
         .await??;
-    match outcome {
-        SendOutcome::Created(row) => {
-            state.metrics.messages_sent.inc();
-            Ok(HttpResponse::Created().json(MessageView::from(row)))
-        }
-        SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::from(row))),
+    if created {
+        state.metrics.messages_sent.inc();
+        Ok(HttpResponse::Created().json(view))
+    } else {
+        Ok(HttpResponse::Ok().json(view))
     }
 }
 
@@ -97,6 +105,7 @@ impl ListMessagesQuery {
 /// What one read of a group's messages found.
 struct Pulled {
     rows: Vec<MessageRow>,
+    refs: EntryRefs,
     /// Every member's cursors, when receipts were asked for.
     cursors: Option<Vec<MemberCursors>>,
     device_ack: i64,
@@ -135,6 +144,7 @@ fn pull(
         None
     };
     Ok(Pulled {
+        refs: load_refs(conn, group_id, &rows)?,
         rows,
         cursors,
         device_ack,
@@ -179,10 +189,14 @@ pub async fn list_messages(
         .rows
         .last()
         .map_or(group.last_msg_id, |m| m.msg_id.max(group.last_msg_id));
-    let mut messages: Vec<MessageView> = pulled.rows.into_iter().map(MessageView::from).collect();
+    let floor = member.joined_after_msg_id;
+    let mut messages: Vec<MessageView> = (pulled.rows.into_iter())
+        .map(|row| MessageView::new(row, &pulled.refs, floor))
+        .collect();
     if let Some(cursors) = pulled.cursors {
-        // Receipts go on the caller's own messages only.
-        for message in messages.iter_mut().filter(|m| m.sender_id == user.id()) {
+        // Receipts go on the caller's own messages only: entries of other kinds have none.
+        let own = |m: &&mut MessageView| m.sender_id == user.id() && m.kind == MESSAGE;
+        for message in messages.iter_mut().filter(own) {
             message.receipt = Some(count_receipts(&cursors, message.msg_id, user.id()).into());
         }
     }

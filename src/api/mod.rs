@@ -11,6 +11,7 @@ pub mod extract;
 pub mod groups;
 pub mod longpoll;
 pub mod me;
+pub mod message_body;
 pub mod messages;
 pub mod meta;
 pub mod receipts;

@@ -11,6 +11,7 @@ use super::{read_as_member, AppState};
 use crate::db::access::Refusal;
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
+use crate::db::models::EntryKind;
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
@@ -47,6 +48,10 @@ pub async fn get_message_receipts(
         .ok_or(Refusal::NoMessage { group_id, msg_id })?;
     if message.sender_id != user.id() && !membership.member.is_owner() {
         return Err(Refusal::ReceiptsOfOthers.into());
+    }
+    if message.kind != EntryKind::Message {
+        let kind = message.kind;
+        return Err(Refusal::NoReceipts { msg_id, kind }.into());
     }
     let counts = count_receipts(&members, msg_id, &message.sender_id);
     let mut audience = members

@@ -34,6 +34,7 @@ pub struct RouteSpec {
 pub static ROUTES: &[RouteSpec] = &[
     route(Method::POST,   "/v1/groups",                                       AnyUser,     || web::post().to(groups::create_group)),
     route(Method::GET,    "/v1/groups/{group_id}",                            GroupMember, || web::get().to(groups::get_group)),
+    route(Method::PATCH,  "/v1/groups/{group_id}",                            GroupMember, || web::patch().to(groups::rename_group)),
     route(Method::GET,    "/v1/groups/{group_id}/members",                    GroupMember, || web::get().to(groups::list_members)),
     route(Method::POST,   "/v1/groups/{group_id}/members",                    GroupMember, || web::post().to(groups::add_members)),
     route(Method::DELETE, "/v1/groups/{group_id}/members/{user_id}",          GroupMember, || web::delete().to(groups::remove_member)),

@@ -7,6 +7,7 @@ use actix_web::web;
 
 use super::longpoll::CursorSigner;
 use crate::auth::TokenKeys;
+use crate::db::message_changes::ChangeWindows;
 use crate::db::Db;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
@@ -19,6 +20,8 @@ pub struct AppState {
     pub cursors: CursorSigner,
     pub notifier: Arc<Notifier>,
     pub longpoll: LongPollSettings,
+    /// How long after sending a message its sender may recall or edit it.
+    pub change_windows: ChangeWindows,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -2,11 +2,13 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use crate::db::chat_list::{ChatListRow, LastMessage};
 use crate::db::cursors::CursorState;
 use crate::db::devices::DeviceRow;
-use crate::db::models::{unread_count, GroupRow, MemberRow, MessageRow};
+use crate::db::entry_refs::EntryRefs;
+use crate::db::models::{GroupRow, MemberRow, MessageRow};
 use crate::db::receipts::ReceiptCounts;
 use crate::domain::PREVIEW_CHARS;
 
@@ -66,31 +68,134 @@ pub struct AddedMembers {
     pub added: Vec<String>,
 }
 
+/// An entry of a group's log as a member sees it. Fields that do not apply to its kind are
+/// left out.
 #[derive(Serialize)]
 pub struct MessageView {
     pub group_id: i64,
     pub msg_id: i64,
+    pub kind: &'static str,
     pub sender_id: String,
     pub client_msg_id: String,
     pub content: String,
     pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retracted_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_msg_id: Option<i64>,
+    /// The changed message as it is now, when the caller may see it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to_msg_id: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<QuoteView>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mention_all: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<RawValue>>,
     /// Only with `with_receipts=true`, and only on the caller's own messages.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt: Option<ReceiptCountsView>,
 }
 
-impl From<MessageRow> for MessageView {
-    fn from(m: MessageRow) -> Self {
+/// Stored JSON (written by the client and checked, or by the server) as it was written.
+fn raw_json(stored: Option<String>) -> Option<Box<RawValue>> {
+    stored.and_then(|text| RawValue::from_string(text).ok())
+}
+
+impl MessageView {
+    /// `row` as a member who joined after `joined_after_msg_id` sees it, with what it points
+    /// at from `refs`.
+    pub fn new(row: MessageRow, refs: &EntryRefs, joined_after_msg_id: i64) -> Self {
+        let target = refs
+            .visible(row.target_msg_id, joined_after_msg_id)
+            .map(TargetView::from);
+        let reply_to = refs
+            .visible(row.reply_to_msg_id, joined_after_msg_id)
+            .map(QuoteView::from);
         MessageView {
-            group_id: m.group_id,
-            msg_id: m.msg_id,
-            sender_id: m.sender_id,
-            client_msg_id: m.client_msg_id,
-            content: m.content,
-            created_at: utc(m.created_at),
+            group_id: row.group_id,
+            msg_id: row.msg_id,
+            kind: row.kind.as_str(),
+            mentions: refs.mentions.get(&row.msg_id).cloned().unwrap_or_default(),
+            sender_id: row.sender_id,
+            client_msg_id: row.client_msg_id,
+            content: row.content,
+            created_at: utc(row.created_at),
+            edited_at: row.edited_at.map(utc),
+            retracted_at: row.retracted_at.map(utc),
+            target_msg_id: row.target_msg_id,
+            target,
+            reply_to_msg_id: row.reply_to_msg_id,
+            reply_to,
+            mention_all: row.mention_all,
+            ext: raw_json(row.ext),
+            detail: raw_json(row.detail),
             receipt: None,
         }
     }
+}
+
+/// The message a change entry changed, as it is now: the edited text, or recalled or deleted.
+#[derive(Serialize)]
+pub struct TargetView {
+    pub msg_id: i64,
+    pub kind: &'static str,
+    pub sender_id: String,
+    pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retracted_at: Option<DateTime<Utc>>,
+}
+
+impl From<&MessageRow> for TargetView {
+    fn from(m: &MessageRow) -> Self {
+        TargetView {
+            msg_id: m.msg_id,
+            kind: m.kind.as_str(),
+            sender_id: m.sender_id.clone(),
+            content: m.content.clone(),
+            edited_at: m.edited_at.map(utc),
+            retracted_at: m.retracted_at.map(utc),
+        }
+    }
+}
+
+/// The message a reply quotes, as it is now, shortened to a preview.
+#[derive(Serialize)]
+pub struct QuoteView {
+    pub msg_id: i64,
+    pub kind: &'static str,
+    pub sender_id: String,
+    pub preview: String,
+    pub truncated: bool,
+}
+
+impl From<&MessageRow> for QuoteView {
+    fn from(m: &MessageRow) -> Self {
+        let (preview, truncated) = preview_of(&m.content);
+        QuoteView {
+            msg_id: m.msg_id,
+            kind: m.kind.as_str(),
+            sender_id: m.sender_id.clone(),
+            preview,
+            truncated,
+        }
+    }
+}
+
+/// The first characters of a text, and whether it goes on past them.
+fn preview_of(text: &str) -> (String, bool) {
+    let truncated = text.chars().count() > PREVIEW_CHARS;
+    (text.chars().take(PREVIEW_CHARS).collect(), truncated)
 }
 
 #[derive(Serialize)]
@@ -110,6 +215,7 @@ pub struct CursorsView {
     pub last_read_msg_id: i64,
     pub last_msg_id: i64,
     pub unread_count: i64,
+    pub unread_mention_count: i64,
 }
 
 impl From<CursorState> for CursorsView {
@@ -119,7 +225,8 @@ impl From<CursorState> for CursorsView {
             last_ack_msg_id: c.last_ack_msg_id,
             last_read_msg_id: c.last_read_msg_id,
             last_msg_id: c.last_msg_id,
-            unread_count: unread_count(c.last_msg_id, c.last_read_msg_id, c.own_msgs_after_read),
+            unread_count: c.unread().unread_count(),
+            unread_mention_count: c.unread_mention_count,
         }
     }
 }
@@ -138,6 +245,8 @@ pub struct MyGroupView {
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub unread_count: i64,
+    /// Unread messages that mention the caller by name or mention everyone.
+    pub unread_mention_count: i64,
     pub last_activity_at: DateTime<Utc>,
     /// Absent when the group has no message the caller may see.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,11 +259,8 @@ impl MyGroupView {
         MyGroupView {
             group_id: row.group_id,
             last_ack_msg_id: row.device_ack(named_device),
-            unread_count: unread_count(
-                row.last_msg_id,
-                row.last_read_msg_id,
-                row.own_msgs_after_read,
-            ),
+            unread_count: row.unread().unread_count(),
+            unread_mention_count: row.unread_mention_count,
             name: row.name,
             last_msg_id: row.last_msg_id,
             last_read_msg_id: row.last_read_msg_id,
@@ -167,6 +273,7 @@ impl MyGroupView {
 #[derive(Serialize)]
 pub struct LastMessageView {
     pub msg_id: i64,
+    pub kind: &'static str,
     pub sender_id: String,
     pub created_at: DateTime<Utc>,
     /// The first characters of the content.
@@ -177,12 +284,13 @@ pub struct LastMessageView {
 
 impl From<LastMessage> for LastMessageView {
     fn from(m: LastMessage) -> Self {
-        let truncated = m.content_start.chars().count() > PREVIEW_CHARS;
+        let (preview, truncated) = preview_of(&m.content_start);
         LastMessageView {
             msg_id: m.msg_id,
+            kind: m.kind.as_str(),
             sender_id: m.sender_id,
             created_at: utc(m.created_at),
-            preview: m.content_start.chars().take(PREVIEW_CHARS).collect(),
+            preview,
             truncated,
         }
     }

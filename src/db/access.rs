@@ -3,7 +3,7 @@
 
 use diesel::prelude::*;
 
-use super::models::{GroupRow, MemberRow};
+use super::models::{EntryKind, GroupRow, MemberRow};
 use super::AnyConnection;
 use crate::schema::{group_members, groups};
 
@@ -32,6 +32,43 @@ pub enum Refusal {
         msg_id: i64,
     },
     ReceiptsOfOthers,
+    /// Only recalled, deleted entries and plain messages have receipts: this entry has none.
+    NoReceipts {
+        msg_id: i64,
+        kind: EntryKind,
+    },
+    /// A field names an entry of the group that does not exist, is not earlier, or is from
+    /// before the caller joined.
+    NoSuchEntry {
+        field: &'static str,
+        group_id: i64,
+        msg_id: i64,
+    },
+    /// The entry a field names is not a message (a change entry or a system line).
+    NotAMessage {
+        field: &'static str,
+        msg_id: i64,
+        kind: EntryKind,
+    },
+    /// The message was already recalled or deleted.
+    Retracted {
+        msg_id: i64,
+        kind: EntryKind,
+    },
+    /// Only a message's sender may recall or edit it.
+    NotSender {
+        msg_id: i64,
+    },
+    /// The message is older than the window in which it may be recalled or edited.
+    WindowPassed {
+        change: EntryKind,
+        msg_id: i64,
+        window_secs: i64,
+    },
+    /// A mention names someone who is not a member of the group.
+    MentionOfNonMember {
+        user_id: String,
+    },
     AckBeyondLastMessage {
         group_id: i64,
         requested: i64,

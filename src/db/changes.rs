@@ -266,7 +266,7 @@ pub fn changed_receipts(
         )
         .text(sender_id)
         .sql(
-            " AND m.msg_id > e.from_msg_id AND m.msg_id <= e.to_msg_id \
+            " AND m.msg_id > e.from_msg_id AND m.msg_id <= e.to_msg_id AND m.kind = 'message' \
              JOIN group_members gm ON gm.group_id = m.group_id AND gm.user_id = ",
         )
         .text(sender_id)

@@ -1,11 +1,15 @@
 //! The caller's groups as a chat list: each with its cursors, unread count inputs and a preview
-//! of its last message, in group order or by latest activity. Every figure comes from the
-//! membership row, the group row and at most one message row per group: no message counting.
+//! of its last line, in group order or by latest activity. Every figure comes from the
+//! membership row, the group row, at most one message row per group and the index ranges the
+//! unread rule reads (see `unread`): no message counting.
 
 use chrono::NaiveDateTime;
+use diesel::dsl::sql;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
+use super::models::EntryKind;
+use super::unread::{unread_sql, UnreadInputs, MENTIONS_ABOVE_READ, NOT_COUNTED_ABOVE_READ};
 use super::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
 use crate::schema::{device_cursors, group_members, group_msgs, groups};
@@ -27,15 +31,20 @@ pub struct ChatListRow {
     pub default_ack_msg_id: i64,
     pub last_read_msg_id: i64,
     pub own_msgs_after_read: i64,
+    pub not_counted_above_read: i64,
+    pub unread_mention_count: i64,
     /// The named device's delivered cursor, when it acked in this group.
     pub device_ack_msg_id: Option<i64>,
     pub last_message: Option<LastMessage>,
 }
 
-/// The group's last message, when the member may see it and it is still stored.
+/// The group's last line (its newest entry that is not a change entry), when the member may see
+/// it and it is still stored.
 #[derive(Queryable, Debug, Clone)]
 pub struct LastMessage {
     pub msg_id: i64,
+    #[diesel(deserialize_as = String)]
+    pub kind: EntryKind,
     pub sender_id: String,
     pub created_at: NaiveDateTime,
     /// Up to one character more than a preview holds, so the caller knows it was cut.
@@ -43,6 +52,15 @@ pub struct LastMessage {
 }
 
 impl ChatListRow {
+    pub fn unread(&self) -> UnreadInputs {
+        UnreadInputs {
+            last_msg_id: self.last_msg_id,
+            last_read_msg_id: self.last_read_msg_id,
+            own_msgs_after_read: self.own_msgs_after_read,
+            not_counted_above_read: self.not_counted_above_read,
+        }
+    }
+
     /// The delivered cursor of the device asking: the default device's, or a named device's
     /// (which starts where the member joined until its first ack).
     pub fn device_ack(&self, named_device: bool) -> i64 {
@@ -65,6 +83,11 @@ pub enum ListOrder {
     },
 }
 
+/// The id of the group's newest entry that is a line of its own (change entries only change
+/// an earlier one): a backward walk of the group's index that stops at the first such entry.
+const LAST_LINE: &str = "(SELECT l.msg_id FROM group_msgs l WHERE l.group_id = groups.group_id \
+       AND l.kind NOT IN ('recall', 'edit', 'delete') ORDER BY l.msg_id DESC LIMIT 1)";
+
 /// The caller's memberships joined with everything a chat-list row shows, boxed so callers
 /// add their own filters and order. A macro rather than a function: the joined query's type is
 /// too long to write out.
@@ -81,7 +104,7 @@ macro_rules! chat_list_query {
             .left_join(
                 group_msgs::table.on(group_msgs::group_id
                     .eq(groups::group_id)
-                    .and(group_msgs::msg_id.eq(groups::last_msg_id))
+                    .and(group_msgs::msg_id.eq(sql::<BigInt>(LAST_LINE)))
                     .and(group_msgs::msg_id.gt(group_members::joined_after_msg_id))),
             )
             .filter(group_members::user_id.eq($user_id.to_owned()))
@@ -94,9 +117,12 @@ macro_rules! chat_list_query {
                 group_members::last_ack_msg_id,
                 group_members::last_read_msg_id,
                 group_members::own_msgs_after_read,
+                sql::<BigInt>(NOT_COUNTED_ABOVE_READ),
+                sql::<BigInt>(MENTIONS_ABOVE_READ),
                 device_cursors::last_ack_msg_id.nullable(),
                 (
                     group_msgs::msg_id,
+                    group_msgs::kind,
                     group_msgs::sender_id,
                     group_msgs::created_at,
                     substr(group_msgs::content.nullable(), 1, PREVIEW_CHARS as i32 + 1)
@@ -120,8 +146,7 @@ pub fn chat_list_page(
 ) -> QueryResult<Vec<ChatListRow>> {
     let mut query = chat_list_query!(user_id, device_column);
     if unread_only {
-        let read_or_own = group_members::last_read_msg_id + group_members::own_msgs_after_read;
-        query = query.filter(groups::last_msg_id.gt(read_or_own));
+        query = query.filter(sql::<Bool>(&format!("{} > 0", unread_sql())));
     }
     query = match order {
         ListOrder::ById { after_group_id } => query
@@ -164,14 +189,14 @@ struct Total {
 /// The caller's unread messages over all their groups (the app icon's badge): one pass over
 /// their membership rows, with the same rule as each group's count.
 pub fn total_unread(conn: &mut AnyConnection, user_id: &str) -> QueryResult<i64> {
-    let row: Total = diesel::sql_query(
-        "SELECT CAST(COALESCE(SUM(CASE \
-             WHEN g.last_msg_id - gm.last_read_msg_id - gm.own_msgs_after_read > 0 \
-             THEN g.last_msg_id - gm.last_read_msg_id - gm.own_msgs_after_read ELSE 0 END), 0) \
+    let unread = unread_sql();
+    let row: Total = diesel::sql_query(format!(
+        "SELECT CAST(COALESCE(SUM(CASE WHEN unread > 0 THEN unread ELSE 0 END), 0) \
            AS BIGINT) AS total \
-         FROM group_members gm JOIN groups g ON g.group_id = gm.group_id \
-         WHERE gm.user_id = $1",
-    )
+         FROM (SELECT {unread} AS unread \
+               FROM group_members JOIN groups ON groups.group_id = group_members.group_id \
+               WHERE group_members.user_id = $1) per_group"
+    ))
     .bind::<Text, _>(user_id)
     .get_result(conn)?;
     Ok(row.total)

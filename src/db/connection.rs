@@ -100,10 +100,12 @@ impl r2d2::ManageConnection for ConnectionManager {
             Engine::Sqlite => {
                 let mut conn = diesel::SqliteConnection::establish(&self.url)?;
                 // WAL lets readers run beside the single writer; the busy timeout only matters
-                // for outside tools, since Chorus itself never has two writers.
+                // for outside tools, since Chorus itself never has two writers. secure_delete
+                // zeroes the bytes a recall or delete frees, so recalled text leaves the file.
                 let pragmas = format!(
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
-                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
+                     PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000; \
+                     PRAGMA secure_delete = ON;",
                     self.sqlite_sync.pragma()
                 );
                 conn.batch_execute(&pragmas)

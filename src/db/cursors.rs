@@ -8,6 +8,7 @@ use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::members::{advance_member, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
 use super::receipts::record_change;
+use super::unread::{above_read, UnreadInputs};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::refuse_unless;
@@ -29,6 +30,8 @@ pub struct CursorState {
     pub last_read_msg_id: i64,
     pub last_msg_id: i64,
     pub own_msgs_after_read: i64,
+    pub not_counted_above_read: i64,
+    pub unread_mention_count: i64,
     /// Whether the ack changed what receipts count (the read or delivered-anywhere cursor).
     pub receipts_changed: bool,
     /// Whether the read cursor moved (the user's other devices hear of it).
@@ -101,11 +104,13 @@ fn ack_one(
         last_read_msg_id: member.last_read_msg_id,
         last_msg_id: group.last_msg_id,
         own_msgs_after_read: member.own_msgs_after_read,
+        not_counted_above_read: 0,
+        unread_mention_count: 0,
         receipts_changed: false,
         read_moved: false,
     };
     if ack_to <= device_ack_before && read_to <= member.last_read_msg_id {
-        return Ok(Ok(state));
+        return Ok(Ok(state.with_counts(conn, user_id)?));
     }
     // A device catching up on what another device already had leaves the membership row
     // (receipts, the read position) as it is.
@@ -128,7 +133,7 @@ fn ack_one(
         state.last_ack_msg_id = advance_device(conn, GroupId(group_id), user_id, d, MsgId(ack_to))?;
     }
     let Some(after) = after else {
-        return Ok(Ok(state));
+        return Ok(Ok(state.with_counts(conn, user_id)?));
     };
     if device.is_none() {
         state.last_ack_msg_id = after.last_ack_msg_id;
@@ -138,7 +143,26 @@ fn ack_one(
     state.read_moved = after.last_read_msg_id > member.last_read_msg_id;
     state.receipts_changed = state.read_moved || after.delivered_msg_id > member.delivered_msg_id;
     record_effects(conn, &member, &after, &state, device, wakes)?;
-    Ok(Ok(state))
+    Ok(Ok(state.with_counts(conn, user_id)?))
+}
+
+impl CursorState {
+    pub fn unread(&self) -> UnreadInputs {
+        UnreadInputs {
+            last_msg_id: self.last_msg_id,
+            last_read_msg_id: self.last_read_msg_id,
+            own_msgs_after_read: self.own_msgs_after_read,
+            not_counted_above_read: self.not_counted_above_read,
+        }
+    }
+
+    /// The state with the figures read off the index ranges above the read cursor.
+    fn with_counts(mut self, conn: &mut AnyConnection, user_id: &str) -> QueryResult<Self> {
+        let above = above_read(conn, GroupId(self.group_id), user_id)?;
+        self.not_counted_above_read = above.not_counted;
+        self.unread_mention_count = above.mentions;
+        Ok(self)
+    }
 }
 
 /// What a cursor move causes beyond the row: a receipt change for the senders whose messages'

@@ -2,9 +2,12 @@
 
 use diesel::prelude::*;
 
+use super::access::{member_of, Checked};
 use super::members::insert_joined;
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
+use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
+use crate::refuse_unless;
 use crate::schema::{group_members, groups};
 use crate::wake::Wakes;
 
@@ -38,6 +41,27 @@ pub fn create_group(
     insert_joined(conn, group_id, &rows, wakes)?;
     let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
     Ok((group, member_count))
+}
+
+/// The owner `actor_id` renames the group; a line in its log tells the members. The same name
+/// again changes nothing.
+pub fn rename_group(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    actor_id: &str,
+    name: &str,
+    wakes: &mut Wakes,
+) -> Checked<GroupRow> {
+    let actor = refuse_unless!(member_of(conn, group_id, actor_id)?);
+    refuse_unless!(actor.require_owner("rename the group"));
+    if actor.group.name != name {
+        diesel::update(groups::table.find(group_id))
+            .set(groups::name.eq(name))
+            .execute(conn)?;
+        append_system_line(conn, group_id, actor_id, SystemLine::Renamed(name), wakes)?;
+    }
+    let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
+    Ok(Ok(group))
 }
 
 pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option<GroupRow>> {

@@ -11,6 +11,7 @@ use super::groups::{count_members, lock_last_msg_id};
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::receipts::record_change;
+use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, groups};
@@ -49,7 +50,8 @@ pub fn list_members(
 }
 
 /// The owner `actor_id` adds users who are not members yet (existing members are left as
-/// they are); returns the users who joined.
+/// they are); returns the users who joined. A line in the group's log says who joined; the new
+/// members start just before it, so it is the first entry they pull.
 pub fn add_members(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -77,6 +79,11 @@ pub fn add_members(
         let max = max_members;
         return Ok(Err(Refusal::TooManyMembers { current, max }));
     }
+    if rows.is_empty() {
+        return Ok(Ok(Vec::new()));
+    }
+    let joined: Vec<String> = rows.iter().map(|r| r.user_id.clone()).collect();
+    append_system_line(conn, group_id, actor_id, SystemLine::Joined(&joined), wakes)?;
     insert_joined(conn, group_id, &rows, wakes)?;
     Ok(Ok(rows.into_iter().map(|r| r.user_id).collect()))
 }
@@ -111,7 +118,7 @@ pub fn insert_joined(
 
 /// `actor_id` removes `user_id` from the group: the owner anyone but themselves, any member
 /// themselves (leaving). The member leaves the audience of every message they could see, so
-/// those messages' receipts change.
+/// those messages' receipts change; a line in the group's log tells the others.
 pub fn remove_member(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -131,6 +138,12 @@ pub fn remove_member(
         return Ok(Err(Refusal::NoSuchMember { user_id }));
     };
     diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
+    let line = if user_id == actor_id {
+        SystemLine::Left
+    } else {
+        SystemLine::Removed(user_id)
+    };
+    append_system_line(conn, group_id, actor_id, line, wakes)?;
     // Read after the delete: a message committed meanwhile is in the range too.
     let last_msg_id: i64 = groups::table
         .find(group_id)
@@ -213,6 +226,7 @@ pub fn advance_member(
         "CASE WHEN last_read_msg_id < {read_to} THEN own_msgs_after_read - \
            (SELECT count(*) FROM group_msgs m \
             WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
+              AND m.kind = 'message' \
               AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {read_to}) \
          ELSE own_msgs_after_read END"
     ));
@@ -239,21 +253,24 @@ const MEMBER_CURSORS: (
     group_members::own_msgs_after_read,
 );
 
-/// After the member sent `msg_id`: each cursor that was at the message before it (they had
-/// everything) moves onto it; a read cursor that stays behind counts one more own message
-/// above it. So their own message is never unread, and nothing they had not received is
-/// skipped. Of the delivered cursors only the sending device's moves.
-pub fn advance_past_own_message(
+/// After the member wrote entry `msg_id` to the group's log: each cursor that was at the entry
+/// before it (they had everything) moves onto it; a read cursor that stays behind counts one
+/// more own message above it when the entry is a message (`counted`), the only kind the
+/// unread rule counts. So their own entry is never unread, and nothing they had not received
+/// is skipped. Of the delivered cursors only the writing device's moves.
+pub fn advance_past_own_entry(
     conn: &mut AnyConnection,
     group_id: GroupId,
     user_id: &str,
     device: Option<&DeviceId>,
     msg_id: MsgId,
+    counted: bool,
 ) -> QueryResult<()> {
     let (previous, msg_id) = (msg_id.0 - 1, msg_id.0);
+    let added = i64::from(counted);
     let own_after = sql::<BigInt>(&format!(
         "CASE WHEN last_read_msg_id = {previous} THEN own_msgs_after_read \
-         ELSE own_msgs_after_read + 1 END"
+         ELSE own_msgs_after_read + {added} END"
     ));
     let cursors = (
         group_members::own_msgs_after_read.eq(own_after),
@@ -295,6 +312,7 @@ pub fn read_past_expired(
     let own_after = sql::<BigInt>(&format!(
         "own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
+             AND m.kind = 'message' \
              AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {through_msg_id})"
     ));
     let moved: Vec<String> = diesel::update(

@@ -1,53 +1,100 @@
-//! Queries on `group_msgs`: the idempotent send and the two page directions.
+//! Queries on `group_msgs`: the idempotent append of a member's entry, the two page
+//! directions, and message expiry.
 
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 
-use super::access::{member_of, Checked, Refusal};
+use super::access::{member_of, Checked, Membership, Refusal};
 use super::groups::{allocate_msg_id, release_msg_id, touch_activity};
-use super::members::{advance_past_own_message, read_past_expired};
-use super::models::{now_utc, MessageRow, NewMessage};
+use super::members::{advance_past_own_entry, read_past_expired};
+use super::message_changes::{apply_change, Change, ChangeWindows};
+use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
-use crate::schema::group_msgs;
+use crate::schema::{group_members, group_msgs, mentions};
 use crate::wake::{WakeEvent, Wakes};
 use crate::{on_engine, refuse_unless};
 
 pub enum SendOutcome {
     Created(MessageRow),
-    /// The sender already sent this `client_msg_id` to this group: the original message.
+    /// The sender already sent this `client_msg_id` to this group: the original entry.
     Existing(MessageRow),
 }
 
-/// Stores a message once (inside the transaction `Db::write_checked` runs it in). A retry or a
-/// racing duplicate with the same `client_msg_id` gets the original: the unique index decides
-/// (`ON CONFLICT DO NOTHING`), and the duplicate hands its id back, so ids stay contiguous.
-/// There is no lookup before the insert: retries are rare, and the hot path saves a query
-/// (PostgreSQL also planned such a lookup badly on young tables, walking a sender's whole
-/// history per send).
+/// A message as its sender wrote it, validated field by field (see `api::message_body`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageDraft {
+    pub content: String,
+    /// Distinct user ids; each must be a member.
+    pub mentions: Vec<String>,
+    /// Mentions every member: only the owner may.
+    pub mention_all: bool,
+    pub reply_to: Option<MsgId>,
+    /// A JSON object, stored and returned exactly as written.
+    pub ext: Option<String>,
+}
+
+impl MessageDraft {
+    /// Plain text: no mentions, no reply, no client data.
+    pub fn text(content: &str) -> Self {
+        MessageDraft {
+            content: content.to_owned(),
+            mentions: Vec::new(),
+            mention_all: false,
+            reply_to: None,
+            ext: None,
+        }
+    }
+}
+
+/// What a member appends to a group's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserEntry {
+    Message(MessageDraft),
+    Change { change: Change, target: MsgId },
+}
+
+impl UserEntry {
+    fn kind(&self) -> EntryKind {
+        match self {
+            UserEntry::Message(_) => EntryKind::Message,
+            UserEntry::Change { change, .. } => change.kind(),
+        }
+    }
+}
+
+/// Who appends an entry, from which device.
+#[derive(Debug, Clone, Copy)]
+pub struct Author<'a> {
+    pub user_id: &'a str,
+    pub device: Option<&'a DeviceId>,
+}
+
+/// Appends a member's entry to the group's log once (inside the transaction
+/// `Db::write_checked` runs it in): a message, or a recall, edit or delete of an earlier one.
+/// A retry or a racing duplicate with the same `client_msg_id` gets the original: the unique
+/// index decides (`ON CONFLICT DO NOTHING`), and the duplicate hands its id back, so ids stay
+/// contiguous. The entry is checked after the insert, so a retry is answered even when the
+/// check would now refuse; a refusal rolls the insert back. There is no lookup before the
+/// insert: retries are rare, and the hot path saves a query (PostgreSQL also planned such a
+/// lookup badly on young tables, walking a sender's whole history per send).
 pub fn send(
     conn: &mut AnyConnection,
     group_id: i64,
-    sender_id: &str,
-    device: Option<&DeviceId>,
+    author: Author<'_>,
     client_msg_id: &str,
-    content: &str,
+    entry: &UserEntry,
+    windows: ChangeWindows,
     wakes: &mut Wakes,
 ) -> Checked<SendOutcome> {
-    refuse_unless!(member_of(conn, group_id, sender_id)?);
+    let sender_id = author.user_id;
+    let membership = refuse_unless!(member_of(conn, group_id, sender_id)?);
     let msg_id = allocate_msg_id(conn, group_id)?;
-    // Taken once the group's row lock is held, so a group's messages are stamped in id order.
+    // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();
-    let message = NewMessage {
-        group_id,
-        msg_id,
-        sender_id,
-        client_msg_id,
-        content,
-        created_at: now,
-    };
+    let row = new_row(group_id, msg_id, sender_id, client_msg_id, entry, now);
     let inserted = on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
-        .values(&message)
+        .values(&row.insertable())
         .on_conflict_do_nothing()
         .execute(c))?;
     if inserted == 0 {
@@ -58,21 +105,188 @@ pub fn send(
             .ok_or(DieselError::NotFound)?;
         return Ok(Ok(SendOutcome::Existing(original)));
     }
-    touch_activity(conn, group_id, now)?;
-    match advance_past_own_message(conn, GroupId(group_id), sender_id, device, MsgId(msg_id)) {
+    match entry {
+        UserEntry::Message(draft) => {
+            refuse_unless!(check_message(conn, &membership, MsgId(msg_id), draft)?);
+            store_mentions(conn, group_id, msg_id, sender_id, &draft.mentions)?;
+            touch_activity(conn, group_id, now)?;
+        }
+        UserEntry::Change { change, target } => {
+            let appending = MsgId(msg_id);
+            refuse_unless!(apply_change(
+                conn,
+                &membership,
+                *target,
+                appending,
+                change,
+                now,
+                windows
+            )?);
+        }
+    }
+    let counted = entry.kind() == EntryKind::Message;
+    let (group, msg) = (GroupId(group_id), MsgId(msg_id));
+    match advance_past_own_entry(conn, group, sender_id, author.device, msg, counted) {
         // The sender's membership row vanished between the check and the write.
         Err(DieselError::NotFound) => return Ok(Err(Refusal::NotMember { group_id })),
         other => other?,
     }
     wakes.record(WakeEvent::MessageSent(group_id));
-    Ok(Ok(SendOutcome::Created(MessageRow {
+    Ok(Ok(SendOutcome::Created(row)))
+}
+
+/// The row a member's entry is stored as.
+fn new_row(
+    group_id: i64,
+    msg_id: i64,
+    sender_id: &str,
+    client_msg_id: &str,
+    entry: &UserEntry,
+    now: chrono::NaiveDateTime,
+) -> MessageRow {
+    let mut row = MessageRow {
         group_id,
         msg_id,
+        kind: entry.kind(),
         sender_id: sender_id.to_owned(),
         client_msg_id: client_msg_id.to_owned(),
-        content: content.to_owned(),
+        content: String::new(),
         created_at: now,
-    })))
+        target_msg_id: None,
+        reply_to_msg_id: None,
+        mention_all: false,
+        ext: None,
+        detail: None,
+        edited_at: None,
+        retracted_at: None,
+    };
+    match entry {
+        UserEntry::Message(draft) => {
+            row.content = draft.content.clone();
+            row.reply_to_msg_id = draft.reply_to.map(|m| m.0);
+            row.mention_all = draft.mention_all;
+            row.ext = draft.ext.clone();
+        }
+        UserEntry::Change { target, .. } => row.target_msg_id = Some(target.0),
+    }
+    row
+}
+
+impl MessageRow {
+    fn insertable(&self) -> NewMessage<'_> {
+        NewMessage {
+            group_id: self.group_id,
+            msg_id: self.msg_id,
+            kind: self.kind.as_str(),
+            sender_id: &self.sender_id,
+            client_msg_id: &self.client_msg_id,
+            content: &self.content,
+            created_at: self.created_at,
+            target_msg_id: self.target_msg_id,
+            reply_to_msg_id: self.reply_to_msg_id,
+            mention_all: self.mention_all,
+            ext: self.ext.as_deref(),
+            detail: self.detail.as_deref(),
+        }
+    }
+}
+
+/// What a message may point at: everyone it mentions is a member, only the owner mentions
+/// everyone, and a reply quotes an earlier message the sender can see.
+fn check_message(
+    conn: &mut AnyConnection,
+    sender: &Membership,
+    msg_id: MsgId,
+    draft: &MessageDraft,
+) -> Checked<()> {
+    let group_id = sender.group.group_id;
+    if draft.mention_all {
+        refuse_unless!(sender.require_owner("mention everyone"));
+    }
+    if let Some(reply_to) = draft.reply_to {
+        refuse_unless!(visible_message(
+            conn,
+            sender,
+            "reply_to_msg_id",
+            reply_to,
+            msg_id
+        )?);
+    }
+    if !draft.mentions.is_empty() {
+        let members: Vec<String> = group_members::table
+            .filter(group_members::group_id.eq(group_id))
+            .filter(group_members::user_id.eq_any(&draft.mentions))
+            .select(group_members::user_id)
+            .load(conn)?;
+        if let Some(outsider) = draft.mentions.iter().find(|m| !members.contains(m)) {
+            let user_id = outsider.clone();
+            return Ok(Err(Refusal::MentionOfNonMember { user_id }));
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// The message that `field` names for `member`, from the entry `appending` being appended: an
+/// earlier entry of the group from after they joined, and still a message: not recalled or
+/// deleted, not a change entry or a system line.
+pub fn visible_message(
+    conn: &mut AnyConnection,
+    member: &Membership,
+    field: &'static str,
+    msg_id: MsgId,
+    appending: MsgId,
+) -> Checked<MessageRow> {
+    let group_id = member.group.group_id;
+    let found = find_message(conn, GroupId(group_id), msg_id)?
+        .filter(|m| m.msg_id > member.member.joined_after_msg_id && m.msg_id < appending.0);
+    let Some(entry) = found else {
+        return Ok(Err(Refusal::NoSuchEntry {
+            field,
+            group_id,
+            msg_id: msg_id.0,
+        }));
+    };
+    Ok(match entry.kind {
+        EntryKind::Message => Ok(entry),
+        EntryKind::Recalled | EntryKind::Deleted => Err(Refusal::Retracted {
+            msg_id: entry.msg_id,
+            kind: entry.kind,
+        }),
+        kind => Err(Refusal::NotAMessage {
+            field,
+            msg_id: entry.msg_id,
+            kind,
+        }),
+    })
+}
+
+/// One row per member a message mentions by name, the sender left out (their own message
+/// never counts for them).
+fn store_mentions(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    msg_id: i64,
+    sender_id: &str,
+    mentioned: &[String],
+) -> QueryResult<()> {
+    let rows: Vec<_> = mentioned
+        .iter()
+        .filter(|user| user.as_str() != sender_id)
+        .map(|user| {
+            (
+                mentions::group_id.eq(group_id),
+                mentions::msg_id.eq(msg_id),
+                mentions::user_id.eq(user.as_str()),
+            )
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    on_engine!(conn, |c| diesel::insert_into(mentions::table)
+        .values(&rows)
+        .execute(c))?;
+    Ok(())
 }
 
 pub fn find_by_client_msg_id(

@@ -14,16 +14,20 @@ pub mod chat_list;
 mod connection;
 pub mod cursors;
 pub mod devices;
+pub mod entry_refs;
 mod error;
 pub mod groups;
 pub mod member_events;
 pub mod members;
+pub mod message_changes;
 pub mod messages;
 mod migrations;
 pub mod models;
 mod pool;
 pub mod raw_sql;
 pub mod receipts;
+pub mod system_lines;
+pub mod unread;
 
 pub use connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,

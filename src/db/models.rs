@@ -114,23 +114,28 @@ impl MemberRow {
     }
 }
 
-/// A member's unread count: the messages after their read cursor that are not their own. Their
-/// own messages above the cursor are counted in the membership row as they are sent, so this
-/// reads no message rows. Expired messages are below the read cursor (the retention job moves
-/// it past them), so they never count.
-pub fn unread_count(last_msg_id: i64, last_read_msg_id: i64, own_msgs_after_read: i64) -> i64 {
-    (last_msg_id - last_read_msg_id - own_msgs_after_read).max(0)
-}
-
+/// One entry of a group's log: a message, a change to a message, or a system line.
 #[derive(Queryable, Selectable, Debug, Clone)]
 #[diesel(table_name = group_msgs)]
 pub struct MessageRow {
     pub group_id: i64,
     pub msg_id: i64,
+    #[diesel(deserialize_as = String)]
+    pub kind: EntryKind,
     pub sender_id: String,
     pub client_msg_id: String,
     pub content: String,
     pub created_at: NaiveDateTime,
+    /// The message a change entry changed.
+    pub target_msg_id: Option<i64>,
+    pub reply_to_msg_id: Option<i64>,
+    pub mention_all: bool,
+    /// The client's JSON object, exactly as sent.
+    pub ext: Option<String>,
+    /// A system line's JSON object.
+    pub detail: Option<String>,
+    pub edited_at: Option<NaiveDateTime>,
+    pub retracted_at: Option<NaiveDateTime>,
 }
 
 #[derive(Insertable)]
@@ -138,10 +143,88 @@ pub struct MessageRow {
 pub struct NewMessage<'a> {
     pub group_id: i64,
     pub msg_id: i64,
+    pub kind: &'static str,
     pub sender_id: &'a str,
     pub client_msg_id: &'a str,
     pub content: &'a str,
     pub created_at: NaiveDateTime,
+    pub target_msg_id: Option<i64>,
+    pub reply_to_msg_id: Option<i64>,
+    pub mention_all: bool,
+    pub ext: Option<&'a str>,
+    pub detail: Option<&'a str>,
+}
+
+/// What an entry of a group's log is. Only [`EntryKind::Message`] counts as unread or has
+/// receipts; the stored spelling is also the JSON one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A user's message.
+    Message,
+    /// A message its sender recalled: its content is gone.
+    Recalled,
+    /// A message the group's owner deleted: its content is gone.
+    Deleted,
+    /// A change entry: the sender recalled `target_msg_id`.
+    Recall,
+    /// A change entry: the sender edited `target_msg_id`.
+    Edit,
+    /// A change entry: the owner deleted `target_msg_id`.
+    Delete,
+    MemberJoined,
+    MemberLeft,
+    MemberRemoved,
+    GroupRenamed,
+}
+
+impl EntryKind {
+    pub const ALL: [EntryKind; 10] = [
+        EntryKind::Message,
+        EntryKind::Recalled,
+        EntryKind::Deleted,
+        EntryKind::Recall,
+        EntryKind::Edit,
+        EntryKind::Delete,
+        EntryKind::MemberJoined,
+        EntryKind::MemberLeft,
+        EntryKind::MemberRemoved,
+        EntryKind::GroupRenamed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Message => "message",
+            EntryKind::Recalled => "recalled",
+            EntryKind::Deleted => "deleted",
+            EntryKind::Recall => "recall",
+            EntryKind::Edit => "edit",
+            EntryKind::Delete => "delete",
+            EntryKind::MemberJoined => "member_joined",
+            EntryKind::MemberLeft => "member_left",
+            EntryKind::MemberRemoved => "member_removed",
+            EntryKind::GroupRenamed => "group_renamed",
+        }
+    }
+
+    /// A change entry applies to another entry and is not shown as a line of its own.
+    pub fn is_change(self) -> bool {
+        matches!(
+            self,
+            EntryKind::Recall | EntryKind::Edit | EntryKind::Delete
+        )
+    }
+}
+
+/// Reads the stored spelling; the table's CHECK admits no other.
+impl TryFrom<String> for EntryKind {
+    type Error = String;
+
+    fn try_from(stored: String) -> Result<EntryKind, String> {
+        EntryKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == stored)
+            .ok_or_else(|| format!("unknown entry kind {stored:?}"))
+    }
 }
 
 /// Now, in UTC, truncated to microseconds so both engines store the same value.

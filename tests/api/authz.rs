@@ -117,6 +117,7 @@ const CASES: &[Case] = &[
     //    method    path                                                query                                          non-member member owner sender
     case("POST",   "/v1/groups",                                       "",                                            [201, 201, 201, 201]),
     case("GET",    "/v1/groups/{group_id}",                            "",                                            [403, 200, 200, 200]),
+    case("PATCH",  "/v1/groups/{group_id}",                            "",                                            [403, 403, 200, 403]),
     case("GET",    "/v1/groups/{group_id}/members",                    "?limit=50",                                   [403, 200, 200, 200]),
     case("POST",   "/v1/groups/{group_id}/members",                    "",                                            [403, 403, 200, 403]),
     case("DELETE", "/v1/groups/{group_id}/members/{user_id}",          "",                                            [403, 403, 204, 403]),

@@ -157,16 +157,26 @@ async fn a_member_added_later_sees_nothing_sent_before_they_joined(app: TestApp)
     let receipts = app.message_receipts("bob", group, 1, "").await;
 
     assert_eq!(listed.body["groups"][0]["group_id"], group);
-    assert!(
-        listed.body["groups"][0].get("last_message").is_none(),
-        "no preview of a message from before the join"
+    assert_eq!(
+        listed.body["groups"][0]["last_message"]["kind"], "member_joined",
+        "the preview is the line saying bob joined, not the message before it"
     );
     assert_eq!(
         listed.body["groups"][0]["unread_count"], 0,
         "joining is not unread"
     );
     assert_eq!(listed.body["total_unread"], 0);
-    assert_eq!(pull.body["messages"], json!([]));
+    let kinds: Vec<&Value> = pull.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["kind"])
+        .collect();
+    assert_eq!(
+        kinds,
+        [&json!("member_joined")],
+        "only the line of bob's own join"
+    );
     assert_eq!(history.body["messages"], json!([]));
     assert_eq!(receipts.status, 404);
 

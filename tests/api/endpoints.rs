@@ -94,6 +94,50 @@ impl TestApp {
         .await
     }
 
+    /// Appends any entry: `body` is the whole request (a `client_msg_id` is added when absent).
+    pub async fn send_entry(&self, user: &str, group_id: i64, mut body: Value) -> TestResponse {
+        if body.get("client_msg_id").is_none() {
+            body["client_msg_id"] = json!(format!("c-{}", random_suffix()));
+        }
+        let path = format!("/v1/groups/{group_id}/messages");
+        self.call(
+            Method::POST,
+            "/v1/groups/{group_id}/messages",
+            &path,
+            Some(user),
+            Some(body),
+        )
+        .await
+    }
+
+    /// A recall, edit or delete of `target`; `content` only for an edit.
+    pub async fn change(
+        &self,
+        user: &str,
+        group_id: i64,
+        kind: &str,
+        target: i64,
+        content: Option<&str>,
+    ) -> TestResponse {
+        let mut body = json!({"kind": kind, "target_msg_id": target});
+        if let Some(content) = content {
+            body["content"] = json!(content);
+        }
+        self.send_entry(user, group_id, body).await
+    }
+
+    pub async fn rename_group(&self, user: &str, group_id: i64, name: &str) -> TestResponse {
+        let path = format!("/v1/groups/{group_id}");
+        self.call(
+            Method::PATCH,
+            "/v1/groups/{group_id}",
+            &path,
+            Some(user),
+            Some(json!({ "name": name })),
+        )
+        .await
+    }
+
     /// Sends and returns the new msg_id, failing the test on anything but 201.
     pub async fn send_ok(&self, user: &str, group_id: i64, content: &str) -> i64 {
         let client_msg_id = format!("c-{}", random_suffix());

@@ -81,6 +81,8 @@ pub struct TestApp {
 pub struct TestResponse {
     pub status: u16,
     pub body: Value,
+    /// The body as the server wrote it, for checks of exact bytes.
+    pub text: String,
 }
 
 impl TestResponse {
@@ -177,6 +179,42 @@ impl TestApp {
             })
         };
         check_against_spec(method.as_str(), template, status, &body);
-        TestResponse { status, body }
+        TestResponse { status, body, text }
+    }
+}
+
+impl TestApp {
+    /// Whether `text` is anywhere in what the database stores. SQLite: the bytes of its files
+    /// after a checkpoint that empties the write-ahead log. PostgreSQL: any live message row
+    /// (dead row versions are vacuum's to reclaim).
+    pub async fn stored_text_contains(&self, text: &str) -> bool {
+        use diesel::connection::SimpleConnection;
+        use diesel::Connection;
+        let (url, text) = (self.database_url.clone(), text.to_owned());
+        let engine = self.engine;
+        tokio::task::spawn_blocking(move || match engine {
+            Engine::Sqlite => {
+                let mut conn = diesel::SqliteConnection::establish(&url).expect("open SQLite");
+                conn.batch_execute("PRAGMA busy_timeout = 5000; PRAGMA wal_checkpoint(TRUNCATE);")
+                    .expect("checkpoint");
+                [url.clone(), format!("{url}-wal")].iter().any(|path| {
+                    let bytes = std::fs::read(path).unwrap_or_default();
+                    bytes.windows(text.len()).any(|w| w == text.as_bytes())
+                })
+            }
+            Engine::Postgres => {
+                use diesel::prelude::*;
+                let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
+                let pattern = format!("%{text}%");
+                let found: i64 = chorus::schema::group_msgs::table
+                    .filter(chorus::schema::group_msgs::content.like(pattern))
+                    .count()
+                    .get_result(&mut conn)
+                    .expect("count rows");
+                found > 0
+            }
+        })
+        .await
+        .expect("database check")
     }
 }

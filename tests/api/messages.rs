@@ -176,8 +176,9 @@ async fn late_joiner_sees_only_later_messages(app: TestApp) {
     let explicit = app.list_messages("carol", group, "?after_msg_id=0").await;
     for page in [&pull, &history, &explicit] {
         let msgs = page.body["messages"].as_array().unwrap();
-        assert_eq!(msgs.len(), 1, "{:?}", page.body);
-        assert_eq!(msgs[0]["msg_id"], after_join);
+        assert_eq!(msgs.len(), 2, "{:?}", page.body);
+        assert_eq!(msgs[0]["kind"], "member_joined", "the line of carol's join");
+        assert_eq!(msgs[1]["msg_id"], after_join);
     }
     let mine = app.my_groups("carol", "").await;
     assert_eq!(

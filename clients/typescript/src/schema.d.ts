@@ -52,7 +52,15 @@ export interface paths {
         delete?: never;
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Rename a group
+         * @description The owner renames the group. A `group_renamed` line is appended to its log (its
+         *     `detail` holds the new name), so every member's devices learn of it through the
+         *     ordinary pull and `/v1/sync`. The same name again changes nothing and appends no
+         *     line. Only the owner may rename: 403 for other members, 404 if the group does not
+         *     exist.
+         */
+        patch: operations["renameGroup"];
         trace?: never;
     };
     "/v1/groups/{group_id}/members": {
@@ -159,12 +167,17 @@ export interface paths {
          *       further back, pass the first `msg_id` of this page as the next `before_msg_id`.
          *     - Giving both `after_msg_id` and `before_msg_id` is a 400 (`validation_failed`).
          *
-         *     A member never sees messages sent before they joined, whatever the bounds. Listing
+         *     The page holds every kind of entry (see *Message kinds*): messages as they are now
+         *     (edited text, or recalled and deleted ones with empty `content`), change entries with
+         *     their target's current state, and system lines.
+         *
+         *     A member never sees messages sent before they joined, whatever the bounds (a change
+         *     entry whose target is from before they joined has no `target`). Listing
          *     does not move cursors; the response reports the calling device's delivered cursor, the
          *     caller's read cursor and the group's `last_msg_id`. Clients deduplicate by `msg_id`. Only members may list: 404 if
          *     the group does not exist, 403 if the caller is not a member.
          *
-         *     With `with_receipts=true`, each message **the caller sent** carries a `receipt` with
+         *     With `with_receipts=true`, each message (`kind: message`) **the caller sent** carries a `receipt` with
          *     its current read/unread/delivered counts (one extra query per page, however many
          *     messages it holds); other members' messages never carry one. Without it no message
          *     has a `receipt`.
@@ -172,9 +185,18 @@ export interface paths {
         get: operations["listMessages"];
         put?: never;
         /**
-         * Send a message to a group
-         * @description Stores the message once and gives it the group's next `msg_id` (`last_msg_id + 1`;
-         *     ids are contiguous).
+         * Send a message, or recall, edit or delete one
+         * @description Appends an entry to the group's log once and gives it the group's next `msg_id`
+         *     (`last_msg_id + 1`; ids are contiguous). `kind` says what it is: `message` (the
+         *     default), or a change of the earlier message `target_msg_id`: `recall` or `edit` by
+         *     its sender within the window, `delete` by the group's owner (see *Message kinds*).
+         *     Each kind takes only its own fields; another kind's field is a 400 naming it.
+         *
+         *     | `kind` | required | optional |
+         *     |---|---|---|
+         *     | `message` | `content` | `mentions`, `mention_all`, `reply_to_msg_id`, `ext` |
+         *     | `edit` | `target_msg_id`, `content` | |
+         *     | `recall`, `delete` | `target_msg_id` | |
          *
          *     The sender's own message is never unread for them, and a send never skips messages
          *     the sender has not received: each of the sender's cursors (`last_read_msg_id`, and
@@ -185,9 +207,18 @@ export interface paths {
          *     the group yet keeps its starting point, so its next pull includes its own message.)
          *
          *     Idempotent by `client_msg_id`: if the caller already sent this `client_msg_id` to
-         *     this group, nothing is stored and the original message is returned with **200**
-         *     (even if `content` differs). A new message is returned with **201**. Only members may
-         *     send: 404 if the group does not exist, 403 if the caller is not a member.
+         *     this group, nothing is stored and the original entry is returned with **200**
+         *     (even if the body differs, and even if the change would now be refused). A new entry
+         *     is returned with **201**. Only members may send: 404 if the group does not exist, 403
+         *     if the caller is not a member.
+         *
+         *     Refused, with nothing stored: a mention of a non-member, a `reply_to_msg_id` or
+         *     `target_msg_id` that is not an earlier entry of this group the caller can see
+         *     (another group's id, a future one, one from before they joined), an `ext` that is
+         *     not an object or is over 4096 bytes (400 `validation_failed`); `mention_all` by
+         *     anyone but the owner, recalling or editing someone else's message, deleting as a
+         *     non-owner (403 `forbidden`); a change after its window, or of a message already
+         *     recalled or deleted, or of an entry that is not a message (409).
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -752,7 +783,7 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
@@ -846,31 +877,162 @@ export interface components {
             added: components["schemas"]["UserId"][];
         };
         /**
+         * @description What an entry of a group's log is (see *Message kinds*): `message`; a message after
+         *     it was `recalled` or `deleted`; a change entry (`recall`, `edit`, `delete`); or a
+         *     system line (`member_joined`, `member_left`, `member_removed`, `group_renamed`).
+         *     Only `message` counts as unread and has receipts.
+         * @example message
+         * @enum {string}
+         */
+        EntryKind: "message" | "recalled" | "deleted" | "recall" | "edit" | "delete" | "member_joined" | "member_left" | "member_removed" | "group_renamed";
+        /**
+         * @description One entry of a group's log as the caller sees it now. Fields that do not apply to its
+         *     kind are left out.
          * @example {
          *       "group_id": 1,
          *       "msg_id": 1,
+         *       "kind": "message",
          *       "sender_id": "alice",
          *       "client_msg_id": "c-0001",
          *       "content": "hello",
          *       "created_at": "2024-05-01T09:01:00.123456Z"
+         *     }
+         * @example {
+         *       "group_id": 1,
+         *       "msg_id": 3,
+         *       "kind": "member_joined",
+         *       "sender_id": "alice",
+         *       "client_msg_id": "system 3",
+         *       "content": "",
+         *       "created_at": "2024-05-01T09:03:00.000001Z",
+         *       "detail": {
+         *         "user_ids": [
+         *           "dave"
+         *         ],
+         *         "user_count": 1
+         *       }
          *     }
          */
         Message: {
             group_id: components["schemas"]["GroupIdValue"];
             /**
              * Format: int64
-             * @description The message's id within its group (1, 2, 3, … without gaps).
+             * @description The entry's id within its group (1, 2, 3, … without gaps).
              */
             msg_id: number;
+            kind: components["schemas"]["EntryKind"];
+            /** @description Who wrote it; for a system line, who did what it says. */
             sender_id: components["schemas"]["UserId"];
-            client_msg_id: components["schemas"]["ClientMsgId"];
-            content: components["schemas"]["Content"];
+            /**
+             * @description The sender's idempotency key (for a system line, `system <msg_id>`: a key no client
+             *     can choose, since it holds a space).
+             */
+            client_msg_id: string;
+            /**
+             * @description The text of a `message` (its latest text when edited). Empty for every other
+             *     kind: a recalled or deleted message's text is gone, a change entry's new text is
+             *     in `target`, a system line's facts are in `detail`.
+             */
+            content: string;
             created_at: components["schemas"]["Timestamp"];
+            /** @description When the sender last edited this message; absent when never edited. */
+            edited_at?: components["schemas"]["Timestamp"];
+            /** @description When a `recalled` or `deleted` message was recalled or deleted. */
+            retracted_at?: components["schemas"]["Timestamp"];
+            /**
+             * Format: int64
+             * @description The message a change entry (`recall`, `edit`, `delete`) changed.
+             */
+            target_msg_id?: number;
+            /**
+             * @description A change entry's target as it is now. Absent when the caller joined after the
+             *     target was sent, or it expired.
+             */
+            target?: components["schemas"]["TargetMessage"];
+            /**
+             * Format: int64
+             * @description The earlier message this message replies to.
+             */
+            reply_to_msg_id?: number;
+            /**
+             * @description The quoted message as it is now (recalled: empty preview). Absent when the caller
+             *     joined after it was sent, or it expired.
+             */
+            reply_to?: components["schemas"]["QuotedMessage"];
+            /** @description Members this message mentions by name; absent when none. */
+            mentions?: components["schemas"]["UserId"][];
+            /**
+             * @description Present (true) when the message mentions everyone.
+             * @enum {boolean}
+             */
+            mention_all?: true;
+            /** @description The client's data, exactly as sent (at most 4096 bytes of JSON). */
+            ext?: Record<string, never>;
+            detail?: components["schemas"]["SystemLineDetail"];
             /**
              * @description The message's current receipt counts. Present only when listing with
-             *     `with_receipts=true` and the caller sent this message; absent otherwise.
+             *     `with_receipts=true` and the caller sent this message (`kind: message`); absent
+             *     otherwise.
              */
             receipt?: components["schemas"]["ReceiptCounts"];
+        };
+        /**
+         * @description The message a change entry changed, as it is now.
+         * @example {
+         *       "msg_id": 2,
+         *       "kind": "message",
+         *       "sender_id": "bob",
+         *       "content": "@carol could you take this?",
+         *       "edited_at": "2024-05-01T09:05:00.000001Z"
+         *     }
+         */
+        TargetMessage: {
+            /** Format: int64 */
+            msg_id: number;
+            kind: components["schemas"]["EntryKind"];
+            sender_id: components["schemas"]["UserId"];
+            /** @description Its current text; empty when recalled or deleted. */
+            content: string;
+            edited_at?: components["schemas"]["Timestamp"];
+            retracted_at?: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description The message a reply quotes, as it is now, shortened to a preview.
+         * @example {
+         *       "msg_id": 1,
+         *       "kind": "message",
+         *       "sender_id": "alice",
+         *       "preview": "hello",
+         *       "truncated": false
+         *     }
+         */
+        QuotedMessage: {
+            /** Format: int64 */
+            msg_id: number;
+            kind: components["schemas"]["EntryKind"];
+            sender_id: components["schemas"]["UserId"];
+            /** @description Its first 120 characters; empty when recalled or deleted. */
+            preview: string;
+            truncated: boolean;
+        };
+        /**
+         * @description What a system line is about. `member_joined`, `member_left`, `member_removed`: the
+         *     users (up to 100 listed, `user_count` in all). `group_renamed`: the new `name`.
+         * @example {
+         *       "user_ids": [
+         *         "dave",
+         *         "erin"
+         *       ],
+         *       "user_count": 2
+         *     }
+         * @example {
+         *       "name": "launch team"
+         *     }
+         */
+        SystemLineDetail: {
+            user_ids?: components["schemas"]["UserId"][];
+            user_count?: number;
+            name?: string;
         };
         MessagesPage: {
             group_id: components["schemas"]["GroupIdValue"];
@@ -898,7 +1060,8 @@ export interface components {
          *       "last_ack_msg_id": 1,
          *       "last_read_msg_id": 1,
          *       "last_msg_id": 1,
-         *       "unread_count": 0
+         *       "unread_count": 0,
+         *       "unread_mention_count": 0
          *     }
          */
         Cursors: {
@@ -914,10 +1077,15 @@ export interface components {
             last_msg_id: components["schemas"]["MsgIdValue"];
             /**
              * Format: int64
-             * @description `last_msg_id - last_read_msg_id`, minus the caller's own messages above their read
-             *     cursor: one's own messages are never unread.
+             * @description Messages above the caller's read cursor from others, not recalled or deleted (see
+             *     *Unread count*).
              */
             unread_count: number;
+            /**
+             * Format: int64
+             * @description Of those, the ones that mention the caller by name or mention everyone.
+             */
+            unread_mention_count: number;
         };
         AckResults: {
             /** @description One entry per requested ack, in request order. */
@@ -932,9 +1100,11 @@ export interface components {
          *       "last_ack_msg_id": 0,
          *       "last_read_msg_id": 0,
          *       "unread_count": 1,
+         *       "unread_mention_count": 0,
          *       "last_activity_at": "2024-05-01T09:01:00.123456Z",
          *       "last_message": {
          *         "msg_id": 1,
+         *         "kind": "message",
          *         "sender_id": "alice",
          *         "created_at": "2024-05-01T09:01:00.123456Z",
          *         "preview": "hello",
@@ -957,10 +1127,16 @@ export interface components {
             last_read_msg_id: components["schemas"]["MsgIdValue"];
             /**
              * Format: int64
-             * @description `last_msg_id - last_read_msg_id`, minus the caller's own messages above their read
-             *     cursor: one's own messages are never unread. The same on all the caller's devices.
+             * @description Messages above the caller's read cursor from others, not recalled or deleted (see
+             *     *Unread count*). The same on all the caller's devices.
              */
             unread_count: number;
+            /**
+             * Format: int64
+             * @description Unread messages that mention the caller by name or mention everyone: the badge
+             *     that says "someone needs you here".
+             */
+            unread_mention_count: number;
             /**
              * @description When the group's last message was sent, or when the group was created while it has
              *     none: what `order=recent` sorts by.
@@ -973,9 +1149,12 @@ export interface components {
             last_message?: components["schemas"]["LastMessage"];
         };
         /**
-         * @description The start of a group's last message, for the chat list.
+         * @description The start of a group's last line, for the chat list: its newest entry that is not a
+         *     change entry (a message, a recalled or deleted one, or a system line; render it by
+         *     `kind`).
          * @example {
          *       "msg_id": 2,
+         *       "kind": "message",
          *       "sender_id": "alice",
          *       "created_at": "2024-05-01T09:02:00.654321Z",
          *       "preview": "lunch at noon?",
@@ -985,14 +1164,16 @@ export interface components {
         LastMessage: {
             /**
              * Format: int64
-             * @description The message's id within its group (the group's `last_msg_id`).
+             * @description The entry's id within its group: the group's `last_msg_id`, or below it when
+             *     change entries came after.
              */
             msg_id: number;
+            kind: components["schemas"]["EntryKind"];
             sender_id: components["schemas"]["UserId"];
             created_at: components["schemas"]["Timestamp"];
             /**
              * @description The first 120 characters of the content (characters, not bytes; the whole content
-             *     when it is shorter).
+             *     when it is shorter). Empty for a recalled or deleted message and a system line.
              */
             preview: string;
             /** @description True when the content goes on past `preview`. */
@@ -1202,9 +1383,11 @@ export interface components {
          *           "last_ack_msg_id": 0,
          *           "last_read_msg_id": 0,
          *           "unread_count": 2,
+         *           "unread_mention_count": 0,
          *           "last_activity_at": "2024-05-01T09:02:00.654321Z",
          *           "last_message": {
          *             "msg_id": 2,
+         *             "kind": "message",
          *             "sender_id": "alice",
          *             "created_at": "2024-05-01T09:02:00.654321Z",
          *             "preview": "lunch at noon?",
@@ -1283,14 +1466,65 @@ export interface components {
             user_ids: components["schemas"]["UserId"][];
         };
         /**
+         * @description An entry to append. `kind` (default `message`) says which other fields it takes; a
+         *     field of another kind is a 400 (`validation_failed`) naming it.
          * @example {
          *       "client_msg_id": "c-0001",
          *       "content": "hello"
          *     }
+         * @example {
+         *       "client_msg_id": "c-0004",
+         *       "kind": "recall",
+         *       "target_msg_id": 1
+         *     }
          */
         SendMessageRequest: {
             client_msg_id: components["schemas"]["ClientMsgId"];
-            content: components["schemas"]["Content"];
+            /**
+             * @description `message`; or a change of `target_msg_id`: `recall` and `edit` by its sender
+             *     within the window, `delete` by the group's owner.
+             * @default message
+             * @enum {string}
+             */
+            kind: "message" | "recall" | "edit" | "delete";
+            /** @description The text (`message`) or the new text (`edit`); required for those two. */
+            content?: components["schemas"]["Content"];
+            /**
+             * Format: int64
+             * @description The message to recall, edit or delete: an earlier message of this group the caller
+             *     can see. Required for `recall`, `edit`, `delete`.
+             */
+            target_msg_id?: number;
+            /**
+             * @description `message` only: members to mention by name, at most 50 (duplicates ignored, the
+             *     sender's own id accepted and not stored); a non-member is a 400.
+             */
+            mentions?: components["schemas"]["UserId"][];
+            /**
+             * @description `message` only: mention every member. Only the group's owner may (else 403).
+             * @default false
+             */
+            mention_all: boolean;
+            /**
+             * Format: int64
+             * @description `message` only: the earlier message of this group, which the sender can see, that
+             *     this one replies to (a recalled or deleted one is a 409 `message_retracted`).
+             */
+            reply_to_msg_id?: number;
+            /**
+             * @description `message` only: a JSON object of client data, at most 4096 bytes as written, stored
+             *     and returned exactly as sent.
+             */
+            ext?: Record<string, never>;
+        };
+        /**
+         * @example {
+         *       "name": "launch team"
+         *     }
+         */
+        RenameGroupRequest: {
+            /** @description 1-200 characters, no control characters, not only whitespace. Stored trimmed. */
+            name: string;
         };
         /**
          * @example {
@@ -1370,8 +1604,9 @@ export interface components {
         };
         /**
          * @description The caller is not a member of the group, or is a member but not allowed to do this
-         *     (only the owner adds members or removes others; only a message's sender and the
-         *     group owner read its receipts). On every `/v1` route: the token names a device that
+         *     (only the owner adds members or removes others, renames the group, deletes messages
+         *     and mentions everyone; only a message's sender recalls or edits it; only a message's
+         *     sender and the group owner read its receipts). On every `/v1` route: the token names a device that
          *     belongs to another user (device ids are global; the first user to use one owns it).
          */
         Forbidden: {
@@ -1399,6 +1634,20 @@ export interface components {
          *     members, or the owner was to be removed.
          */
         Conflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The message's state refuses the change: the recall or edit window has passed
+         *     (`recall_window_passed`, `edit_window_passed`), it was already recalled or deleted
+         *     (`message_retracted`), or the entry named is a change entry or a system line
+         *     (`not_a_message`). Nothing was stored.
+         */
+        MessageStateConflict: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1614,6 +1863,44 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    renameGroup: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The group's id. A value that is not an integer is a 400 (`invalid_path`).
+                 * @example 1
+                 */
+                group_id: components["parameters"]["GroupId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RenameGroupRequest"];
+            };
+        };
+        responses: {
+            /** @description The group with its new name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Group"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
@@ -1841,6 +2128,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            409: components["responses"]["MessageStateConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
@@ -1894,6 +2182,18 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            /**
+             * @description The entry has no receipts: it was recalled or deleted, or it is a change entry or
+             *     a system line (`no_receipts`).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };

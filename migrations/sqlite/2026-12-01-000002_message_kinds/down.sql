@@ -1,0 +1,11 @@
+DROP TABLE mentions;
+DROP INDEX group_msgs_mention_all;
+DROP INDEX group_msgs_not_counted;
+ALTER TABLE group_msgs DROP COLUMN retracted_at;
+ALTER TABLE group_msgs DROP COLUMN edited_at;
+ALTER TABLE group_msgs DROP COLUMN detail;
+ALTER TABLE group_msgs DROP COLUMN ext;
+ALTER TABLE group_msgs DROP COLUMN mention_all;
+ALTER TABLE group_msgs DROP COLUMN reply_to_msg_id;
+ALTER TABLE group_msgs DROP COLUMN target_msg_id;
+ALTER TABLE group_msgs DROP COLUMN kind;

@@ -1,0 +1,125 @@
+//! The unread rule, in one place.
+//!
+//! A member's unread count is the number of entries above their read cursor that are
+//! messages (kind `message`: not recalled, not deleted, not a change entry, not a system line)
+//! from someone else. It is computed without counting message rows:
+//!
+//! `unread = last_msg_id − last_read_msg_id − own_msgs_after_read − not_counted_above_read`
+//!
+//! - `own_msgs_after_read` is kept in the membership row: a send that leaves the sender's read
+//!   cursor behind adds one, a read cursor that moves subtracts the sender's own messages it
+//!   passes, and recalling or deleting one of them above the cursor subtracts one.
+//! - `not_counted_above_read` counts the entries of any other kind above the cursor through a
+//!   partial index holding only those entries, so its cost grows with the recalls, edits,
+//!   deletes and system lines in the unread range (normally none), never with the messages.
+//!
+//! The two sets are disjoint (own counts only kind `message`), so nothing is subtracted twice.
+//!
+//! The unread mention count is the number of messages above the read cursor that mention the
+//! member by name (one `mentions` row each) or mention everyone (found through a partial index
+//! of such messages), not sent by the member, each message once.
+//!
+//! The SQL fragments below are scalar subqueries over the current `group_members` row, for any
+//! query whose FROM names that table without an alias.
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+
+use super::AnyConnection;
+use crate::domain::GroupId;
+
+/// Entries above the member's read cursor that never count as unread.
+pub const NOT_COUNTED_ABOVE_READ: &str = "(SELECT count(*) FROM group_msgs nc \
+     WHERE nc.group_id = group_members.group_id \
+       AND nc.msg_id > group_members.last_read_msg_id AND nc.kind <> 'message')";
+
+/// Messages above the member's read cursor that mention them, by name or as everyone.
+pub const MENTIONS_ABOVE_READ: &str = "((SELECT count(*) FROM mentions mn \
+       WHERE mn.group_id = group_members.group_id AND mn.user_id = group_members.user_id \
+         AND mn.msg_id > group_members.last_read_msg_id) \
+   + (SELECT count(*) FROM group_msgs ma \
+       WHERE ma.group_id = group_members.group_id AND ma.mention_all \
+         AND ma.msg_id > group_members.last_read_msg_id AND ma.kind = 'message' \
+         AND ma.sender_id <> group_members.user_id \
+         AND NOT EXISTS (SELECT 1 FROM mentions mx WHERE mx.group_id = ma.group_id \
+                           AND mx.msg_id = ma.msg_id AND mx.user_id = group_members.user_id)))";
+
+/// The figures of one membership that its unread count is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UnreadInputs {
+    pub last_msg_id: i64,
+    pub last_read_msg_id: i64,
+    pub own_msgs_after_read: i64,
+    pub not_counted_above_read: i64,
+}
+
+impl UnreadInputs {
+    pub fn unread_count(&self) -> i64 {
+        (self.last_msg_id
+            - self.last_read_msg_id
+            - self.own_msgs_after_read
+            - self.not_counted_above_read)
+            .max(0)
+    }
+}
+
+/// The SQL of a membership's unread count, for sums and filters over `group_members` joined
+/// with `groups`.
+pub fn unread_sql() -> String {
+    format!(
+        "(groups.last_msg_id - group_members.last_read_msg_id \
+          - group_members.own_msgs_after_read - {NOT_COUNTED_ABOVE_READ})"
+    )
+}
+
+#[derive(QueryableByName, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AboveRead {
+    #[diesel(sql_type = BigInt)]
+    pub not_counted: i64,
+    #[diesel(sql_type = BigInt)]
+    pub mentions: i64,
+}
+
+/// The entries above one member's read cursor that the unread rule skips, and their unread
+/// mentions, as the membership row stands now (inside a write: after its update).
+pub fn above_read(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    user_id: &str,
+) -> QueryResult<AboveRead> {
+    diesel::sql_query(format!(
+        "SELECT CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
+                CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
+         FROM group_members WHERE group_id = $1 AND user_id = $2"
+    ))
+    .bind::<BigInt, _>(group_id)
+    .bind::<Text, _>(user_id)
+    .get_result(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_messages_and_uncounted_entries_are_subtracted_once_each() {
+        let inputs = UnreadInputs {
+            last_msg_id: 10,
+            last_read_msg_id: 4,
+            own_msgs_after_read: 2,
+            not_counted_above_read: 1,
+        };
+        assert_eq!(inputs.unread_count(), 3);
+    }
+
+    #[test]
+    fn never_negative() {
+        let inputs = UnreadInputs {
+            last_msg_id: 3,
+            last_read_msg_id: 3,
+            own_msgs_after_read: 0,
+            not_counted_above_read: 0,
+        };
+        assert_eq!(inputs.unread_count(), 0);
+    }
+}
