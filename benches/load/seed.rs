@@ -4,9 +4,10 @@
 
 use chorus::config::defaults;
 use chorus::db::access::Checked;
-use chorus::db::message_changes::ChangeWindows;
+use chorus::db::message_changes::{Change, ChangeWindows};
 use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
 use chorus::db::AnyConnection;
+use chorus::domain::MsgId;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
 use chorus::wake::Wakes;
 use diesel::prelude::*;
@@ -81,6 +82,52 @@ pub fn seed_messages(conn: &mut AnyConnection, group_id: i64, sender: &str, coun
         }
     }
     analyze(conn);
+}
+
+/// Edits messages 1..=`count` of `sender` in the group: change entries appended to its log,
+/// through the same db call as an edit over HTTP, in transactions of [`SEED_BATCH`].
+pub fn seed_edits(conn: &mut AnyConnection, group_id: i64, sender: &str, count: usize) {
+    let author = Author {
+        user_id: sender,
+        device: None,
+    };
+    for start in (1..=count).step_by(SEED_BATCH) {
+        let end = (start + SEED_BATCH).min(count + 1);
+        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+            for target in start..end {
+                let entry = UserEntry::Change {
+                    change: Change::Edit {
+                        content: format!("{CONTENT} (edited)"),
+                    },
+                    target: MsgId(target as i64),
+                };
+                let client_msg_id = format!("edit-{group_id}-{target}");
+                let outcome = chorus::db::messages::send(
+                    conn,
+                    group_id,
+                    author,
+                    &client_msg_id,
+                    &entry,
+                    windows(),
+                    &mut Wakes::default(),
+                )?;
+                assert!(
+                    matches!(outcome, Ok(SendOutcome::Created(_))),
+                    "seeding an edit of message {target} in group {group_id}: {outcome:?}"
+                );
+            }
+            Ok(())
+        })
+        .expect("seed edits through the db layer");
+    }
+}
+
+/// The default recall and edit windows.
+fn windows() -> ChangeWindows {
+    ChangeWindows {
+        recall_secs: defaults::RECALL_WINDOW_SECS,
+        edit_secs: defaults::EDIT_WINDOW_SECS,
+    }
 }
 
 /// Refreshes PostgreSQL's statistics, as autovacuum would sooner or later. Without them the

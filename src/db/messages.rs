@@ -15,6 +15,7 @@ use crate::schema::{group_members, group_msgs, mentions};
 use crate::wake::{WakeEvent, Wakes};
 use crate::{on_engine, refuse_unless};
 
+#[derive(Debug)]
 pub enum SendOutcome {
     Created(MessageRow),
     /// The sender already sent this `client_msg_id` to this group: the original entry.
