@@ -188,6 +188,12 @@ fn build_server(
             .default_service(web::to(extract::route_not_found))
     })
     .keep_alive(Duration::from_secs(settings.keep_alive_secs))
+    // A client that closes its connection has given up on the answer. actix-web keeps
+    // serving a half-closed connection by default, so a long-poll whose client went away
+    // would hold its waiter slot until `timeout_s`; refusing half-closed connections drops
+    // the request (and its slot) as soon as the end of the stream is read. No HTTP client
+    // we serve half-closes a connection and then waits for the answer.
+    .h1_allow_half_closed(false)
     .shutdown_timeout(5)
     .disable_signals()
     .listen(listener)?;

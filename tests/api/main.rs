@@ -14,6 +14,7 @@ mod authz;
 mod bad_input;
 mod chat_list;
 mod delivery;
+mod dropped_polls;
 mod devices;
 mod groups;
 mod longpoll;
