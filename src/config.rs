@@ -65,6 +65,8 @@ pub mod defaults {
     pub const POOL_TIMEOUT_MS: u64 = 3000;
     pub const STATEMENT_TIMEOUT_MS: u64 = 10_000;
     pub const SQLITE_SYNC: SqliteSync = SqliteSync::Full;
+    /// None: the SQLite database may grow until the disk is full.
+    pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const KEEP_ALIVE_SECS: u64 = 75;
     /// 0: one HTTP worker per core.
     pub const WORKERS: usize = 0;
@@ -122,6 +124,12 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = defaults::SQLITE_SYNC, global = true)]
     pub sqlite_sync: SqliteSync,
 
+    /// SQLite: the largest the database may grow, in MiB (SQLite's `max_page_count`), so a
+    /// shared disk keeps room for everything else on it. Beyond it, writes that need more
+    /// space are refused with 507 as on a full disk. Unset: no cap.
+    #[arg(long, env = "CHORUS_SQLITE_MAX_SIZE_MB", global = true)]
+    pub sqlite_max_size_mb: Option<u64>,
+
     /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
     /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
     #[arg(long, env = "CHORUS_KEEP_ALIVE_SECS", default_value_t = defaults::KEEP_ALIVE_SECS, global = true)]
@@ -178,6 +186,7 @@ impl Settings {
             pool_timeout_ms: defaults::POOL_TIMEOUT_MS,
             statement_timeout_ms: defaults::STATEMENT_TIMEOUT_MS,
             sqlite_sync: defaults::SQLITE_SYNC,
+            sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,
             receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
@@ -213,6 +222,9 @@ impl Settings {
             pool_timeout: Duration::from_millis(self.pool_timeout_ms),
             statement_timeout: Duration::from_millis(self.statement_timeout_ms),
             sqlite_sync: self.sqlite_sync,
+            sqlite_max_bytes: self
+                .sqlite_max_size_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024)),
         }
     }
 }
