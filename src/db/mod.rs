@@ -24,6 +24,7 @@ pub mod models;
 mod pool;
 pub mod raw_sql;
 pub mod receipts;
+mod storage;
 
 pub use connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,

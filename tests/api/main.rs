@@ -25,5 +25,6 @@ mod operations;
 mod param_errors;
 mod receipts;
 mod spec_drift;
+mod storage_full;
 mod unparsable_requests;
 mod webclient;
