@@ -77,6 +77,7 @@ pub mod defaults {
     pub const LONGPOLL_MAX_TOTAL: usize = 20_000;
     pub const LOG_FORMAT: LogFormat = LogFormat::Text;
     pub const LOG: &str = "info";
+    pub const LOG_BACKTRACES: bool = false;
     /// `chorus token --ttl-hours`.
     pub const TOKEN_TTL_HOURS: i64 = 24;
 }
@@ -172,6 +173,13 @@ pub struct Settings {
     /// Log filter, in tracing's EnvFilter syntax.
     #[arg(long, env = "CHORUS_LOG", default_value = defaults::LOG, global = true)]
     pub log: String,
+
+    /// Add a backtrace to the log line of every internal error (costly; for debugging).
+    /// Without it such a line holds the error and its causes only, whatever RUST_BACKTRACE
+    /// says.
+    #[arg(long, env = "CHORUS_LOG_BACKTRACES", default_value_t = defaults::LOG_BACKTRACES,
+          action = clap::ArgAction::Set, global = true)]
+    pub log_backtraces: bool,
 }
 
 impl Settings {
@@ -197,6 +205,7 @@ impl Settings {
             longpoll_max_total: defaults::LONGPOLL_MAX_TOTAL,
             log_format: defaults::LOG_FORMAT,
             log: defaults::LOG.into(),
+            log_backtraces: defaults::LOG_BACKTRACES,
         }
     }
 
@@ -205,7 +214,7 @@ impl Settings {
         match &self.database_url {
             Some(url) => Ok(self.db_settings_for_url(url)),
             None => {
-                std::fs::create_dir_all(&self.data_dir)?;
+                create_data_dir(&self.data_dir)?;
                 let path = self.data_dir.join("chorus.sqlite3");
                 Ok(self.db_settings_for_url(&path.display().to_string()))
             }
@@ -227,6 +236,23 @@ impl Settings {
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
         }
     }
+}
+
+/// Creates the data directory (and its parents); the error names it and the setting.
+pub fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        let reason = match e.kind() {
+            std::io::ErrorKind::AlreadyExists => "it exists and is not a directory".to_owned(),
+            _ => e.to_string(),
+        };
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot create the data directory {} (CHORUS_DATA_DIR): {reason}",
+                dir.display()
+            ),
+        )
+    })
 }
 
 /// The URL with its password (if it has one) replaced by `***`, for logs. A password can sit

@@ -35,6 +35,25 @@ pub fn init(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether error values capture a backtrace. anyhow captures one with every error when
+/// `RUST_BACKTRACE` is set, and logging such an error in full prints it: some 65 frames per
+/// internal error. Chorus decides with its own setting (`CHORUS_LOG_BACKTRACES`) instead, by
+/// setting `RUST_LIB_BACKTRACE`, which error values read before `RUST_BACKTRACE`; panics
+/// still follow `RUST_BACKTRACE`. Call it before any other thread starts: changing the
+/// environment is not thread-safe.
+pub fn configure_backtraces(enabled: bool) {
+    std::env::set_var("RUST_LIB_BACKTRACE", if enabled { "1" } else { "0" });
+}
+
+/// `text` on one line: some causes (libpq's, say) span several, with hints indented below.
+pub fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Colours only for a person at a terminal: escape codes in a log file or a collector are
 /// noise. NO_COLOR (no-color.org) turns them off there too.
 fn colour_logs() -> bool {
@@ -91,5 +110,21 @@ impl Visit for MessageText {
         if field.name() == "message" {
             self.0 = format!("{value:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_joins_a_multi_line_cause() {
+        let libpq = "connection to server at \"127.0.0.1\", port 5999 failed: Connection \
+                     refused\n\tIs the server running on that host?\n";
+        assert_eq!(
+            one_line(libpq),
+            "connection to server at \"127.0.0.1\", port 5999 failed: Connection refused \
+             Is the server running on that host?"
+        );
     }
 }

@@ -6,14 +6,29 @@ use chorus::config::{Cli, Command};
 use chorus::domain::{DeviceId, UserId};
 use chorus::startup::{load_keys, Application};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
+    // Before any other thread exists: it changes the process environment.
+    chorus::logging::configure_backtraces(cli.settings.log_backtraces);
     if let Err(e) = chorus::logging::init(&cli.settings) {
-        // One line, like clap's own errors for a bad flag (anyhow would add a backtrace).
+        // One line, like clap's own errors for a bad flag.
         eprintln!("error: {e}");
         std::process::exit(2);
     }
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(cli)));
+    if let Err(e) = outcome {
+        // The cause chain on one line (`{:#}`); returning the error from main would print it
+        // over several lines, with a backtrace when RUST_BACKTRACE is set.
+        tracing::error!("{}", chorus::logging::one_line(&format!("{e:#}")));
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             Application::build(&cli.settings)
@@ -23,7 +38,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Migrate => {
             let db_settings = cli.settings.db_settings()?;
-            let mut conn = chorus::db::connect_once(&db_settings)?;
+            let mut conn = chorus::db::connect_once(&db_settings).map_err(|e| {
+                anyhow::anyhow!(chorus::db::describe_open_failure(&db_settings, &e))
+            })?;
             let applied = chorus::db::run_migrations(&mut conn)?;
             println!("{applied} migration(s) applied");
         }

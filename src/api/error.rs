@@ -123,7 +123,7 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         if let ApiError::Internal(cause) = self {
-            tracing::error!(error = ?cause, "request failed with an internal error");
+            log_internal(cause);
         }
         let mut response = HttpResponse::build(self.status_code());
         match self {
@@ -144,6 +144,25 @@ impl ResponseError for ApiError {
                 message: self.to_string(),
             },
         })
+    }
+}
+
+/// One line: the error and its causes (`{:#}` joins them). The backtrace is added only when
+/// one was captured, which `CHORUS_LOG_BACKTRACES` decides (see `logging`); `{:?}` would
+/// print a multi-line cause list and whatever backtrace RUST_BACKTRACE made anyhow capture.
+fn log_internal(cause: &anyhow::Error) {
+    let backtrace = cause.backtrace();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        tracing::error!(
+            error = %format_args!("{cause:#}"),
+            backtrace = %backtrace,
+            "request failed with an internal error"
+        );
+    } else {
+        tracing::error!(
+            error = %format_args!("{cause:#}"),
+            "request failed with an internal error"
+        );
     }
 }
 

@@ -21,6 +21,7 @@ pub mod members;
 pub mod messages;
 mod migrations;
 pub mod models;
+mod open_failure;
 mod pool;
 pub mod raw_sql;
 pub mod receipts;
@@ -31,4 +32,5 @@ pub use connection::{
 };
 pub use error::DbError;
 pub use migrations::{is_ready, revert_all_migrations, run_migrations};
+pub use open_failure::describe_open_failure;
 pub use pool::{Db, Pool};

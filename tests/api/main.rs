@@ -6,6 +6,7 @@ mod support;
 
 mod endpoints;
 mod helpers;
+mod internal_error_log;
 mod spec_check;
 
 mod acks;
@@ -25,6 +26,7 @@ mod operations;
 mod param_errors;
 mod receipts;
 mod spec_drift;
+mod startup_errors;
 mod storage_full;
 mod unparsable_requests;
 mod webclient;
