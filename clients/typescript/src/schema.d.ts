@@ -752,7 +752,7 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
@@ -1506,6 +1506,22 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The database has no space left for this write: its disk is full, or (SQLite) it
+         *     reached `CHORUS_SQLITE_MAX_SIZE_MB`. Nothing of the request was stored; retrying
+         *     the same request (a send with the same `client_msg_id`) later is safe. Reads, and
+         *     writes that need no new space (most acks), go on. Any authenticated route may
+         *     answer it, since a device's first request records the device.
+         */
+        StorageFull: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description An unexpected server error. The cause is logged, never returned. */
         Internal: {
             headers: {
@@ -1584,6 +1600,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     getGroup: {
@@ -1616,6 +1633,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMembers: {
@@ -1661,6 +1679,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     addMembers: {
@@ -1700,6 +1719,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     removeMember: {
@@ -1736,6 +1756,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMessages: {
@@ -1795,6 +1816,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     sendMessage: {
@@ -1845,6 +1867,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     getMessageReceipts: {
@@ -1896,6 +1919,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     ackGroup: {
@@ -1935,6 +1959,7 @@ export interface operations {
             422: components["responses"]["AckBeyondLastMessage"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     ackMany: {
@@ -1968,6 +1993,7 @@ export interface operations {
             422: components["responses"]["AckBeyondLastMessage"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMyGroups: {
@@ -2018,6 +2044,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMyDevices: {
@@ -2042,6 +2069,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     removeMyDevice: {
@@ -2088,6 +2116,7 @@ export interface operations {
             };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     pollSync: {
@@ -2138,6 +2167,7 @@ export interface operations {
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
             503: components["responses"]["PollUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     pollReceipts: {
@@ -2188,6 +2218,7 @@ export interface operations {
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
             503: components["responses"]["PollUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     issueDevToken: {
