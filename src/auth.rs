@@ -146,9 +146,15 @@ pub fn load_secret(
             existing.to_owned()
         }
         Err(_) => {
-            std::fs::create_dir_all(data_dir)?;
+            crate::config::create_data_dir(data_dir)?;
             let secret = generate_secret();
-            write_private(&path, &secret)?;
+            write_private(&path, &secret).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot write the development secret {}: {e}; set CHORUS_JWT_SECRET or \
+                     make the data directory writable",
+                    path.display()
+                )
+            })?;
             secret
         }
     };

@@ -65,6 +65,8 @@ pub mod defaults {
     pub const POOL_TIMEOUT_MS: u64 = 3000;
     pub const STATEMENT_TIMEOUT_MS: u64 = 10_000;
     pub const SQLITE_SYNC: SqliteSync = SqliteSync::Full;
+    /// None: the SQLite database may grow until the disk is full.
+    pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const KEEP_ALIVE_SECS: u64 = 75;
     /// 0: one HTTP worker per core.
     pub const WORKERS: usize = 0;
@@ -77,6 +79,7 @@ pub mod defaults {
     pub const LONGPOLL_MAX_TOTAL: usize = 20_000;
     pub const LOG_FORMAT: LogFormat = LogFormat::Text;
     pub const LOG: &str = "info";
+    pub const LOG_BACKTRACES: bool = false;
     /// `chorus token --ttl-hours`.
     pub const TOKEN_TTL_HOURS: i64 = 24;
 }
@@ -123,6 +126,12 @@ pub struct Settings {
     /// SQLite durability.
     #[arg(long, env = "CHORUS_SQLITE_SYNC", value_enum, default_value_t = defaults::SQLITE_SYNC, global = true)]
     pub sqlite_sync: SqliteSync,
+
+    /// SQLite: the largest the database may grow, in MiB (SQLite's `max_page_count`), so a
+    /// shared disk keeps room for everything else on it. Beyond it, writes that need more
+    /// space are refused with 507 as on a full disk. Unset: no cap.
+    #[arg(long, env = "CHORUS_SQLITE_MAX_SIZE_MB", global = true)]
+    pub sqlite_max_size_mb: Option<u64>,
 
     /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
     /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
@@ -176,6 +185,13 @@ pub struct Settings {
     /// Log filter, in tracing's EnvFilter syntax.
     #[arg(long, env = "CHORUS_LOG", default_value = defaults::LOG, global = true)]
     pub log: String,
+
+    /// Add a backtrace to the log line of every internal error (costly; for debugging).
+    /// Without it such a line holds the error and its causes only, whatever RUST_BACKTRACE
+    /// says.
+    #[arg(long, env = "CHORUS_LOG_BACKTRACES", default_value_t = defaults::LOG_BACKTRACES,
+          action = clap::ArgAction::Set, global = true)]
+    pub log_backtraces: bool,
 }
 
 impl Settings {
@@ -190,6 +206,7 @@ impl Settings {
             pool_timeout_ms: defaults::POOL_TIMEOUT_MS,
             statement_timeout_ms: defaults::STATEMENT_TIMEOUT_MS,
             sqlite_sync: defaults::SQLITE_SYNC,
+            sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,
             receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
@@ -202,6 +219,7 @@ impl Settings {
             longpoll_max_total: defaults::LONGPOLL_MAX_TOTAL,
             log_format: defaults::LOG_FORMAT,
             log: defaults::LOG.into(),
+            log_backtraces: defaults::LOG_BACKTRACES,
         }
     }
 
@@ -210,7 +228,7 @@ impl Settings {
         match &self.database_url {
             Some(url) => Ok(self.db_settings_for_url(url)),
             None => {
-                std::fs::create_dir_all(&self.data_dir)?;
+                create_data_dir(&self.data_dir)?;
                 let path = self.data_dir.join("chorus.sqlite3");
                 Ok(self.db_settings_for_url(&path.display().to_string()))
             }
@@ -227,8 +245,28 @@ impl Settings {
             pool_timeout: Duration::from_millis(self.pool_timeout_ms),
             statement_timeout: Duration::from_millis(self.statement_timeout_ms),
             sqlite_sync: self.sqlite_sync,
+            sqlite_max_bytes: self
+                .sqlite_max_size_mb
+                .map(|mb| mb.saturating_mul(1024 * 1024)),
         }
     }
+}
+
+/// Creates the data directory (and its parents); the error names it and the setting.
+pub fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        let reason = match e.kind() {
+            std::io::ErrorKind::AlreadyExists => "it exists and is not a directory".to_owned(),
+            _ => e.to_string(),
+        };
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot create the data directory {} (CHORUS_DATA_DIR): {reason}",
+                dir.display()
+            ),
+        )
+    })
 }
 
 /// The URL with its password (if it has one) replaced by `***`, for logs. A password can sit

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod retention;

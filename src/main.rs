@@ -1,49 +1,34 @@
 //! The `chorus` command: serve (default), migrate, token.
 
-use std::io::IsTerminal;
-
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
-use chorus::config::{Cli, Command, LogFormat, Settings};
+use chorus::config::{Cli, Command};
 use chorus::domain::{DeviceId, UserId};
 use chorus::startup::{load_keys, Application};
 
-/// Logs go to stderr. A filter that does not parse stops the start: running with another
-/// filter than the one asked for would hide exactly the lines someone wanted to see.
-fn init_logging(settings: &Settings) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_new(&settings.log).map_err(|e| {
-        anyhow::anyhow!(
-            "CHORUS_LOG (--log) {:?} is not a log filter ({e}); try info or chorus=debug,info",
-            settings.log
-        )
-    })?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour_logs());
-    match settings.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
-    Ok(())
-}
-
-/// Colours only for a person at a terminal: escape codes in a log file or a collector are
-/// noise. NO_COLOR (no-color.org) turns them off there too.
-fn colour_logs() -> bool {
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    std::io::stderr().is_terminal() && !no_color
-}
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
-    if let Err(e) = init_logging(&cli.settings) {
-        // One line, like clap's own errors for a bad flag (anyhow would add a backtrace).
+    // Before any other thread exists: it changes the process environment.
+    chorus::logging::configure_backtraces(cli.settings.log_backtraces);
+    if let Err(e) = chorus::logging::init(&cli.settings) {
+        // One line, like clap's own errors for a bad flag.
         eprintln!("error: {e}");
         std::process::exit(2);
     }
+    let outcome = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(cli)));
+    if let Err(e) = outcome {
+        // The cause chain on one line (`{:#}`); returning the error from main would print it
+        // over several lines, with a backtrace when RUST_BACKTRACE is set.
+        tracing::error!("{}", chorus::logging::one_line(&format!("{e:#}")));
+        std::process::exit(1);
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             Application::build(&cli.settings)
@@ -53,7 +38,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Migrate => {
             let db_settings = cli.settings.db_settings()?;
-            let mut conn = chorus::db::connect_once(&db_settings)?;
+            let mut conn = chorus::db::connect_once(&db_settings).map_err(|e| {
+                anyhow::anyhow!(chorus::db::describe_open_failure(&db_settings, &e))
+            })?;
             let applied = chorus::db::run_migrations(&mut conn)?;
             println!("{applied} migration(s) applied");
         }

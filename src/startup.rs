@@ -36,7 +36,9 @@ impl Application {
         });
         let db = open_database(&db_settings)?.waking(notifier.clone());
         let (keys, cursors) = signing_keys(settings)?;
-        let listener = TcpListener::bind(&settings.bind)?;
+        let listener = TcpListener::bind(&settings.bind).map_err(|e| {
+            anyhow::anyhow!("cannot listen on {} (CHORUS_BIND): {e}", settings.bind)
+        })?;
         let port = listener.local_addr()?.port();
         spawn_background_jobs(settings, &db_settings, &db, &notifier);
         let state = web::Data::new(AppState {
@@ -90,14 +92,17 @@ impl Application {
 /// instances starting together take turns through an advisory lock).
 fn open_database(db_settings: &DbSettings) -> anyhow::Result<Db> {
     tracing::info!(database = %redact_url(&db_settings.url), "connecting");
+    let database = redact_url(&db_settings.url);
     let mut conn = db::connect_once(db_settings)
-        .map_err(|e| anyhow::anyhow!("cannot open the database: {e}"))?;
-    let applied = db::run_migrations(&mut conn)?;
+        .map_err(|e| anyhow::anyhow!(db::describe_open_failure(db_settings, &e)))?;
+    let applied = db::run_migrations(&mut conn)
+        .map_err(|e| anyhow::anyhow!("cannot apply the migrations to {database}: {e:#}"))?;
     drop(conn);
     if applied > 0 {
         tracing::info!(applied, "migrations applied");
     }
-    Ok(Db::connect(db_settings)?)
+    Db::connect(db_settings)
+        .map_err(|e| anyhow::anyhow!("cannot open the connection pool to {database}: {e}"))
 }
 
 /// The token keys and the long-poll cursor signer, both from one secret.
@@ -193,6 +198,12 @@ fn build_server(
             .default_service(web::to(extract::route_not_found))
     })
     .keep_alive(Duration::from_secs(settings.keep_alive_secs))
+    // A client that closes its connection has given up on the answer. actix-web keeps
+    // serving a half-closed connection by default, so a long-poll whose client went away
+    // would hold its waiter slot until `timeout_s`; refusing half-closed connections drops
+    // the request (and its slot) as soon as the end of the stream is read. No HTTP client
+    // we serve half-closes a connection and then waits for the answer.
+    .h1_allow_half_closed(false)
     .shutdown_timeout(5)
     .disable_signals()
     .listen(listener)?;

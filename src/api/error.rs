@@ -59,6 +59,9 @@ pub enum ApiError {
     TooManyWaiters(String),
     #[error("{0}")]
     Unavailable(String),
+    /// The database has no space for this write (a full disk, or SQLite's size cap).
+    #[error("{0}")]
+    StorageFull(String),
     /// `/readyz` says this instance should get no traffic yet: the code of `Unavailable`,
     /// without its `Retry-After`, since a load balancer's probe keeps its own schedule.
     #[error("{0}")]
@@ -66,6 +69,9 @@ pub enum ApiError {
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
+
+/// A full disk is not freed within a second: a client retrying sooner only adds load.
+const STORAGE_FULL_RETRY_AFTER_S: &str = "60";
 
 #[derive(Serialize)]
 struct ErrorBody<'a> {
@@ -103,6 +109,7 @@ impl ApiError {
             ApiError::CursorExpired(_) => "cursor_expired",
             ApiError::TooManyWaiters(_) => "too_many_waiters",
             ApiError::Unavailable(_) | ApiError::NotReady(_) => "unavailable",
+            ApiError::StorageFull(_) => "storage_full",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -131,13 +138,14 @@ impl ResponseError for ApiError {
             ApiError::CursorExpired(_) => StatusCode::GONE,
             ApiError::TooManyWaiters(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         if let ApiError::Internal(cause) = self {
-            tracing::error!(error = ?cause, "request failed with an internal error");
+            log_internal(cause);
         }
         let mut response = HttpResponse::build(self.status_code());
         match self {
@@ -147,6 +155,9 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) | ApiError::TooManyWaiters(_) => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
+            ApiError::StorageFull(_) => {
+                response.insert_header((header::RETRY_AFTER, STORAGE_FULL_RETRY_AFTER_S));
+            }
             _ => {}
         }
         response.json(ErrorBody {
@@ -155,6 +166,25 @@ impl ResponseError for ApiError {
                 message: self.to_string(),
             },
         })
+    }
+}
+
+/// One line: the error and its causes (`{:#}` joins them). The backtrace is added only when
+/// one was captured, which `CHORUS_LOG_BACKTRACES` decides (see `logging`); `{:?}` would
+/// print a multi-line cause list and whatever backtrace RUST_BACKTRACE made anyhow capture.
+fn log_internal(cause: &anyhow::Error) {
+    let backtrace = cause.backtrace();
+    if backtrace.status() == std::backtrace::BacktraceStatus::Captured {
+        tracing::error!(
+            error = %format_args!("{cause:#}"),
+            backtrace = %backtrace,
+            "request failed with an internal error"
+        );
+    } else {
+        tracing::error!(
+            error = %format_args!("{cause:#}"),
+            "request failed with an internal error"
+        );
     }
 }
 
@@ -169,6 +199,11 @@ impl From<DbError> for ApiError {
         if e.is_unavailable() {
             tracing::warn!(error = %e, "database unavailable");
             ApiError::Unavailable("the database is unavailable; retry shortly".into())
+        } else if e.is_storage_full() {
+            // Logged once per episode where it is detected (db::storage), not per request.
+            ApiError::StorageFull(
+                "the server has no storage space left for this write; retry later".into(),
+            )
         } else {
             ApiError::Internal(e.into())
         }
@@ -294,6 +329,7 @@ impl ApiError {
             CursorExpired(m) => CursorExpired(f(m)),
             TooManyWaiters(m) => TooManyWaiters(f(m)),
             Unavailable(m) => Unavailable(f(m)),
+            StorageFull(m) => StorageFull(f(m)),
             NotReady(m) => NotReady(f(m)),
             Internal(cause) => Internal(cause),
         }

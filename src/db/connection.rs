@@ -66,6 +66,7 @@ pub struct ConnectionManager {
     url: String,
     engine: Engine,
     sqlite_sync: SqliteSync,
+    sqlite_max_bytes: Option<u64>,
     statement_timeout_ms: u64,
 }
 
@@ -75,6 +76,7 @@ impl ConnectionManager {
             url: settings.url.clone(),
             engine: Engine::from_url(&settings.url),
             sqlite_sync: settings.sqlite_sync,
+            sqlite_max_bytes: settings.sqlite_max_bytes,
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
         }
     }
@@ -110,6 +112,10 @@ impl r2d2::ManageConnection for ConnectionManager {
                 );
                 conn.batch_execute(&pragmas)
                     .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                if let Some(max_bytes) = self.sqlite_max_bytes {
+                    cap_size(&mut conn, max_bytes)
+                        .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                }
                 Ok(AnyConnection::Sqlite(conn))
             }
         }
@@ -128,12 +134,31 @@ impl r2d2::ManageConnection for ConnectionManager {
     }
 }
 
+/// Caps the SQLite database at `max_bytes` (rounded down to whole pages, at least one). The
+/// cap is per connection, so every connection sets it. SQLite keeps a database that is
+/// already larger at its size: it cannot grow further, but nothing is lost.
+fn cap_size(conn: &mut diesel::SqliteConnection, max_bytes: u64) -> QueryResult<()> {
+    #[derive(diesel::QueryableByName)]
+    struct PageSize {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        page_size: i64,
+    }
+    let page_size = diesel::sql_query("PRAGMA page_size")
+        .get_result::<PageSize>(conn)?
+        .page_size
+        .max(1) as u64;
+    let pages = (max_bytes / page_size).max(1);
+    conn.batch_execute(&format!("PRAGMA max_page_count = {pages}"))
+}
+
 #[derive(Clone, Debug)]
 pub struct DbSettings {
     pub url: String,
     pub pool_size: u32,
     pub pool_timeout: Duration,
     pub sqlite_sync: SqliteSync,
+    /// SQLite: the largest the database may grow; None for no cap.
+    pub sqlite_max_bytes: Option<u64>,
     pub statement_timeout: Duration,
 }
 

@@ -37,6 +37,23 @@ impl DbError {
     }
 }
 
+impl DbError {
+    /// True when the database refused a write for lack of space: SQLite's `SQLITE_FULL`, from
+    /// a full disk or from the size cap (`CHORUS_SQLITE_MAX_SIZE_MB`). Only writes that need
+    /// new pages fail; reads, and writes that fit in pages already there, go on.
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            DbError::Query(diesel::result::Error::DatabaseError(_, info)) => {
+                info.message().contains(SQLITE_FULL_MESSAGE)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// SQLite's message for `SQLITE_FULL`, which diesel reports without a kind of its own.
+const SQLITE_FULL_MESSAGE: &str = "database or disk is full";
+
 /// Messages of errors that mean "busy, try again", which diesel reports without a kind.
 const BUSY_MESSAGES: [&str; 4] = [
     "database is locked",

@@ -23,9 +23,11 @@ pub mod message_changes;
 pub mod messages;
 mod migrations;
 pub mod models;
+mod open_failure;
 mod pool;
 pub mod raw_sql;
 pub mod receipts;
+mod storage;
 pub mod system_lines;
 pub mod unread;
 
@@ -34,4 +36,5 @@ pub use connection::{
 };
 pub use error::DbError;
 pub use migrations::{is_ready, revert_all_migrations, run_migrations};
+pub use open_failure::describe_open_failure;
 pub use pool::{Db, Pool};

@@ -9,6 +9,7 @@ use diesel::prelude::*;
 use super::announce;
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
+use super::storage::StorageAlarm;
 use crate::notify::Notifier;
 use crate::wake::Wakes;
 
@@ -24,6 +25,8 @@ pub struct Db {
     reader: Pool,
     /// Who hears of committed writes in this process; None for tools that serve no polls.
     notifier: Option<Arc<Notifier>>,
+    /// Says in the log when writes start and stop being refused for lack of space.
+    storage: Arc<StorageAlarm>,
 }
 
 /// The instance name a write without a notifier announces under (tools, seeding): every
@@ -46,6 +49,7 @@ impl Db {
                 writer: build(1)?,
                 reader: build(settings.pool_size.max(1))?,
                 notifier: None,
+                storage: Arc::default(),
             },
             Engine::Postgres => {
                 let pool = build(settings.pool_size.max(2))?;
@@ -54,6 +58,7 @@ impl Db {
                     writer: pool.clone(),
                     reader: pool,
                     notifier: None,
+                    storage: Arc::default(),
                 }
             }
         };
@@ -78,7 +83,11 @@ impl Db {
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        run_blocking(self.reader.clone(), f).await
+        let result = run_blocking(self.reader.clone(), f).await;
+        if let Err(e) = &result {
+            self.storage.failed(e);
+        }
+        result
     }
 
     /// Runs `f` as one transaction on the writer connection (SQLite) or a pooled one
@@ -122,7 +131,11 @@ impl Db {
             })?;
             Ok(outcome.map(|value| (value, wakes)))
         })
-        .await?;
+        .await
+        .inspect_err(|e| self.storage.failed(e))?;
+        if outcome.is_ok() {
+            self.storage.wrote();
+        }
         Ok(outcome.map(|(value, wakes)| {
             if let Some(notifier) = &self.notifier {
                 for event in wakes.events() {

@@ -6,6 +6,7 @@ mod support;
 
 mod endpoints;
 mod helpers;
+mod internal_error_log;
 mod spec_check;
 
 mod acks;
@@ -15,6 +16,7 @@ mod bad_input;
 mod chat_list;
 mod delivery;
 mod devices;
+mod dropped_polls;
 mod groups;
 mod lifecycle;
 mod longpoll;
@@ -26,5 +28,8 @@ mod operations;
 mod param_errors;
 mod receipts;
 mod spec_drift;
+mod startup_errors;
+mod storage_full;
 mod system_lines;
+mod unparsable_requests;
 mod webclient;

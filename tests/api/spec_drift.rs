@@ -59,6 +59,11 @@ fn every_operation_documents_its_errors_and_has_an_operation_id() {
                     op["responses"]["503"].is_object(),
                     "{method} {path}: 503 undocumented"
                 );
+                // A device's first request records it, so every authenticated route writes.
+                assert!(
+                    op["responses"]["507"].is_object(),
+                    "{method} {path}: 507 undocumented"
+                );
             }
         }
     }

@@ -783,7 +783,7 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
@@ -1755,6 +1755,22 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
+        /**
+         * @description The database has no space left for this write: its disk is full, or (SQLite) it
+         *     reached `CHORUS_SQLITE_MAX_SIZE_MB`. Nothing of the request was stored; retrying
+         *     the same request (a send with the same `client_msg_id`) later is safe. Reads, and
+         *     writes that need no new space (most acks), go on. Any authenticated route may
+         *     answer it, since a device's first request records the device.
+         */
+        StorageFull: {
+            headers: {
+                "Retry-After": components["headers"]["Retry-After"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
         /** @description An unexpected server error. The cause is logged, never returned. */
         Internal: {
             headers: {
@@ -1833,6 +1849,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     getGroup: {
@@ -1865,6 +1882,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     renameGroup: {
@@ -1903,6 +1921,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMembers: {
@@ -1948,6 +1967,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     addMembers: {
@@ -1987,6 +2007,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     removeMember: {
@@ -2023,6 +2044,7 @@ export interface operations {
             409: components["responses"]["Conflict"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMessages: {
@@ -2082,6 +2104,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     sendMessage: {
@@ -2133,6 +2156,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     getMessageReceipts: {
@@ -2196,6 +2220,7 @@ export interface operations {
             };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     ackGroup: {
@@ -2235,6 +2260,7 @@ export interface operations {
             422: components["responses"]["AckBeyondLastMessage"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     ackMany: {
@@ -2268,6 +2294,7 @@ export interface operations {
             422: components["responses"]["AckBeyondLastMessage"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMyGroups: {
@@ -2318,6 +2345,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     listMyDevices: {
@@ -2342,6 +2370,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     removeMyDevice: {
@@ -2388,6 +2417,7 @@ export interface operations {
             };
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     pollSync: {
@@ -2438,6 +2468,7 @@ export interface operations {
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
             503: components["responses"]["PollUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     pollReceipts: {
@@ -2488,6 +2519,7 @@ export interface operations {
             429: components["responses"]["TooManyWaiters"];
             500: components["responses"]["Internal"];
             503: components["responses"]["PollUnavailable"];
+            507: components["responses"]["StorageFull"];
         };
     };
     issueDevToken: {
