@@ -244,62 +244,70 @@ impl From<Refusal> for ApiError {
             } => ApiError::AckBeyondLastMessage(format!(
                 "cannot ack {requested} in group {group_id}: its last message is {last_msg_id}"
             )),
-            Refusal::NoReceipts { msg_id, kind } => ApiError::NoReceipts(match kind {
-                EntryKind::Recalled | EntryKind::Deleted => {
-                    format!("message {msg_id} was {}: it has no receipts", kind.as_str())
-                }
-                _ => format!(
-                    "entry {msg_id} is a {} entry: only messages have receipts",
-                    kind.as_str()
-                ),
-            }),
-            Refusal::NoSuchEntry {
-                field,
-                group_id,
-                msg_id,
-            } => ApiError::Validation(format!(
-                "{field}: {msg_id} is not an earlier entry of group {group_id} that you can see"
-            )),
-            Refusal::NotAMessage {
-                field,
-                msg_id,
-                kind,
-            } => ApiError::NotAMessage(format!(
-                "{field}: entry {msg_id} is a {} entry, not a message",
-                kind.as_str()
-            )),
-            Refusal::Retracted { msg_id, kind } => {
-                ApiError::MessageRetracted(format!("message {msg_id} was {}", kind.as_str()))
-            }
-            Refusal::NotSender { msg_id } => ApiError::Forbidden(format!(
-                "only the sender of message {msg_id} may recall or edit it"
-            )),
-            Refusal::WindowPassed {
-                change,
-                msg_id,
-                window_secs,
-            } => {
-                let message = format!(
-                    "message {msg_id} is older than the {window_secs} s in which it may be {}",
-                    if change == EntryKind::Edit {
-                        "edited"
-                    } else {
-                        "recalled"
-                    }
-                );
-                if change == EntryKind::Edit {
-                    ApiError::EditWindowPassed(message)
-                } else {
-                    ApiError::RecallWindowPassed(message)
-                }
-            }
-            Refusal::MentionOfNonMember { user_id } => {
-                ApiError::Validation(format!("mentions: {user_id} is not a member of the group"))
-            }
+            Refusal::NoReceipts { .. }
+            | Refusal::NoSuchEntry { .. }
+            | Refusal::NotAMessage { .. }
+            | Refusal::Retracted { .. }
+            | Refusal::NotSender { .. }
+            | Refusal::WindowPassed { .. }
+            | Refusal::MentionOfNonMember { .. } => message_refusal(refusal),
             Refusal::InBatch { index, refusal } => {
                 ApiError::from(*refusal).map_message(|m| format!("acks[{index}]: {m}"))
             }
         }
+    }
+}
+
+/// The refusals about a message's state and what an entry may point at.
+fn message_refusal(refusal: Refusal) -> ApiError {
+    match refusal {
+        Refusal::NoReceipts { msg_id, kind } => ApiError::NoReceipts(match kind {
+            EntryKind::Recalled | EntryKind::Deleted => {
+                format!("message {msg_id} was {}: it has no receipts", kind.as_str())
+            }
+            _ => format!(
+                "entry {msg_id} is a {} entry: only messages have receipts",
+                kind.as_str()
+            ),
+        }),
+        Refusal::NoSuchEntry {
+            field,
+            group_id,
+            msg_id,
+        } => ApiError::Validation(format!(
+            "{field}: {msg_id} is not an earlier entry of group {group_id} that you can see"
+        )),
+        Refusal::NotAMessage {
+            field,
+            msg_id,
+            kind,
+        } => ApiError::NotAMessage(format!(
+            "{field}: entry {msg_id} is a {} entry, not a message",
+            kind.as_str()
+        )),
+        Refusal::Retracted { msg_id, kind } => {
+            ApiError::MessageRetracted(format!("message {msg_id} was {}", kind.as_str()))
+        }
+        Refusal::NotSender { msg_id } => ApiError::Forbidden(format!(
+            "only the sender of message {msg_id} may recall or edit it"
+        )),
+        Refusal::WindowPassed {
+            change,
+            msg_id,
+            window_secs,
+        } => {
+            let (done, error): (_, fn(String) -> ApiError) = match change {
+                EntryKind::Edit => ("edited", ApiError::EditWindowPassed),
+                _ => ("recalled", ApiError::RecallWindowPassed),
+            };
+            error(format!(
+                "message {msg_id} is older than the {window_secs} s in which it may be {done}"
+            ))
+        }
+        Refusal::MentionOfNonMember { user_id } => {
+            ApiError::Validation(format!("mentions: {user_id} is not a member of the group"))
+        }
+        other => ApiError::Internal(anyhow::anyhow!("{other:?} is not about a message")),
     }
 }
 

@@ -98,17 +98,7 @@ fn ack_one(
             device_ack(conn, GroupId(group_id), user_id, d)?.unwrap_or(member.joined_after_msg_id)
         }
     };
-    let mut state = CursorState {
-        group_id,
-        last_ack_msg_id: device_ack_before,
-        last_read_msg_id: member.last_read_msg_id,
-        last_msg_id: group.last_msg_id,
-        own_msgs_after_read: member.own_msgs_after_read,
-        not_counted_above_read: 0,
-        unread_mention_count: 0,
-        receipts_changed: false,
-        read_moved: false,
-    };
+    let mut state = CursorState::before(&member, group.last_msg_id, device_ack_before);
     if ack_to <= device_ack_before && read_to <= member.last_read_msg_id {
         return Ok(Ok(state.with_counts(conn, user_id)?));
     }
@@ -147,6 +137,21 @@ fn ack_one(
 }
 
 impl CursorState {
+    /// Where the member stands before the ack moves anything.
+    fn before(member: &MemberRow, last_msg_id: i64, device_ack: i64) -> Self {
+        CursorState {
+            group_id: member.group_id,
+            last_ack_msg_id: device_ack,
+            last_read_msg_id: member.last_read_msg_id,
+            last_msg_id,
+            own_msgs_after_read: member.own_msgs_after_read,
+            not_counted_above_read: 0,
+            unread_mention_count: 0,
+            receipts_changed: false,
+            read_moved: false,
+        }
+    }
+
     pub fn unread(&self) -> UnreadInputs {
         UnreadInputs {
             last_msg_id: self.last_msg_id,

@@ -47,15 +47,12 @@ async fn post_raw(
     TestResponse { status, body, text }
 }
 
-async fn malformed_bodies_get_json_errors_and_store_nothing(app: TestApp) {
-    let group = app.group_with("alice", &["bob"]).await;
-    let path = format!("/v1/groups/{group}/messages");
-    let t = "/v1/groups/{group_id}/messages";
+/// Bodies of a send that are wrong in every way a client gets wrong: each with what it gets.
+fn malformed_send_bodies() -> Vec<RawCase> {
     let json_ct: Option<&'static str> = Some("application/json");
     let huge =
         serde_json::to_vec(&json!({"client_msg_id": "c", "content": "x".repeat(70_000)})).unwrap();
-
-    let cases: Vec<RawCase> = vec![
+    vec![
         (
             "invalid JSON",
             json_ct,
@@ -131,7 +128,14 @@ async fn malformed_bodies_get_json_errors_and_store_nothing(app: TestApp) {
             400,
             "validation_failed",
         ),
-    ];
+    ]
+}
+
+async fn malformed_bodies_get_json_errors_and_store_nothing(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let path = format!("/v1/groups/{group}/messages");
+    let t = "/v1/groups/{group_id}/messages";
+    let cases = malformed_send_bodies();
     for (name, ct, body, status, code) in cases {
         let r = post_raw(&app, t, &path, ct, body).await;
         assert_eq!(

@@ -24,6 +24,7 @@ on_both_engines!(
     receipts_report_every_ack_under_concurrency,
     a_waiting_member_added_to_a_group_hears_its_first_message,
     a_waiting_owner_hears_the_first_message_of_the_group_they_create,
+    every_group_created_with_a_waiting_member_wakes_their_poll,
 );
 
 on_both_engines!(with short_retention:
@@ -544,4 +545,22 @@ async fn a_waiting_owner_hears_the_first_message_of_the_group_they_create(app: T
         poll.body["groups"][0]["group_id"], group,
         "the creation re-registered the wait"
     );
+}
+
+async fn every_group_created_with_a_waiting_member_wakes_their_poll(app: TestApp) {
+    let mut slow = Vec::new();
+    for round in 0..60u64 {
+        let cursor = app.cursor("bob", "/v1/sync").await;
+        let query = format!("?cursor={cursor}&timeout_s=10");
+        let started = Instant::now();
+        let (poll, _) = tokio::join!(app.poll_sync("bob", &query), async {
+            tokio::time::sleep(Duration::from_millis(round % 7)).await;
+            app.group_with("alice", &["bob"]).await
+        });
+        assert_eq!(poll.status, 200);
+        if poll.body["groups"].as_array().map_or(true, Vec::is_empty) {
+            slow.push((round, started.elapsed()));
+        }
+    }
+    assert!(slow.is_empty(), "polls that missed the new group: {slow:?}");
 }
