@@ -650,7 +650,7 @@ async function openGroup(groupId) {
     const info = await withRetry(() => api('GET', `/v1/groups/${groupId}`), sess);
     if (open !== o) return;
     showGroupInfo(o, info);
-    loadMemberIds(o);
+    const membersRead = loadMemberIds(o); // alongside the history; needed for @mentions
     const page = await withRetry(() => api('GET',
       `/v1/groups/${groupId}/messages?before_msg_id=${info.last_msg_id + 1}&limit=${HISTORY_PAGE}&with_receipts=true`), sess);
     if (open !== o) return;
@@ -659,6 +659,7 @@ async function openGroup(groupId) {
     scrollToBottom();
     o.loaded = true;
     await pullNew(); // anything sent while the history loaded
+    await membersRead;
     if (open === o) $('chat').dataset.state = 'ready';
   } catch (e) {
     if (open === o && sess.alive && e.status !== 401) showError($('chat-error'), `Could not load this group: ${e.message}`);
@@ -932,7 +933,7 @@ function renderMessage(o, m) {
   el('div', {
     className: 'content', testid: 'message-content',
     title: `${own ? 'you' : m.sender_id}, ${formatTime(m.created_at)}`,
-  }, ...withMentions(m.content, mentionIds(m))),
+  }, ...withMentions(m.content, mentionIds(m), !own)),
   m.edited_at ? el('span', {
     className: 'edited', testid: 'message-edited', text: '(edited)', title: `edited ${formatTime(m.edited_at)}`,
   }) : null);
@@ -1000,13 +1001,14 @@ function mentionTokens(text, ids) {
   return found;
 }
 
-// A message's text as text nodes, with its mentions marked (mine stand out more).
-function withMentions(text, ids) {
+// A message's text as text nodes, with its mentions marked; in others' messages, the ones that
+// mean me (my id, @all) stand out more.
+function withMentions(text, ids, fromOthers) {
   const parts = [];
   let at = 0;
   for (const t of mentionTokens(text, ids)) {
     parts.push(text.slice(at, t.start));
-    const me = t.id === session.user || t.id === 'all';
+    const me = fromOthers && (t.id === session.user || t.id === 'all');
     parts.push(el('span', { className: 'mention' + (me ? ' me' : ''), testid: 'mention', text: text.slice(t.start, t.end) }));
     at = t.end;
   }
@@ -1443,6 +1445,7 @@ async function addMembers(r, text) {
     if (already.length) said.push(`${already.join(', ')} ${already.length === 1 ? 'was' : 'were'} already in the group.`);
     membersSaid(said.join(' '), '');
     $('add-members').reset();
+    if (open && open.id === r.groupId) for (const id of added) open.memberIds.add(id); // @-able at once
   } catch (e) {
     if (roster === r && e.status !== 401) membersSaid('', `Could not add: ${e.message}`);
     return;
@@ -1468,6 +1471,7 @@ async function removeMember(r, userId) {
   membersSaid('', '');
   try {
     await api('DELETE', `/v1/groups/${r.groupId}/members/${encodeURIComponent(userId)}`);
+    if (open && open.id === r.groupId) open.memberIds.delete(userId);
     if (roster === r) membersSaid(`Removed ${userId}.`, '');
   } catch (e) {
     if (roster !== r || e.status === 401) return;
