@@ -228,6 +228,12 @@ test('messages are mentioned, recalled, edited, replied to and deleted, live in 
     const corrected = message(noahPhone, `${OLD_NEWS}, corrected`);
     await corrected.waitFor();
     assert.equal(await corrected.getByTestId('message-edited').textContent(), '(edited)');
+    // On a touch screen a message's actions show once it is tapped.
+    const actions = corrected.getByTestId('message-actions');
+    assert.equal(await actions.isVisible(), false);
+    await corrected.getByTestId('message-content').tap();
+    await actions.getByTestId('action-reply').tap();
+    await noahPhone.getByTestId('reply-bar-text').filter({ hasText: `${OLD_NEWS}, corrected` }).waitFor();
     await noahPhone.screenshot({ path: path.join(ARTIFACTS, 'browser-lifecycle-mobile.png') });
   });
 
