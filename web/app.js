@@ -10,8 +10,15 @@
 //   read on another device, joined or left, with their current state and the total unread)
 //   and GET /v1/receipts (read counts of my messages changed). Each starts without a cursor,
 //   reads the current state, then polls with the cursor it was given.
-// - The open group's messages are kept in a Map by msg_id (deduplication); new ones are
+// - The open group's log entries are kept in a Map by msg_id (deduplication); new ones are
 //   pulled with after_msg_id = the highest shown, and the highest shown is acked.
+// - Entries have a kind (openapi.yaml, "Message kinds"): messages; recalled or deleted ones,
+//   shown as a grey line in their place; change entries (recall, edit, delete), never shown
+//   but applied to the stored copy of their target; system lines (members joined, left,
+//   removed; the group renamed), shown as centred lines. A change entry carries its target's
+//   current state, so it is kept even when the target is not loaded yet.
+// - The composer turns `@id` of a member into `mentions` (and the owner's `@all` into
+//   mention_all), and can reply to a message (reply_to_msg_id).
 // - Members: anyone in a group lists them (GET /v1/groups/{g}/members, paged); the owner adds
 //   (POST …/members) and removes (DELETE …/members/{user}); others leave (DELETE their own id).
 //   User ids typed into the client are checked against the spec's rule before sending.
@@ -34,6 +41,15 @@ const MAX_IDS_PER_REQUEST = 1000;
 const RUN_GAP_MS = 5 * 60 * 1000; // one sender's messages this close together share one header
 const NARROW = window.matchMedia('(max-width: 700px)'); // the breakpoint in app.css
 const TITLE = 'Chorus';
+const MAX_MENTIONS = 50; // SendMessageRequest.mentions in openapi.yaml
+const MEMBER_ID_PAGES = 5; // the composer recognises @mentions among this many pages of members
+const NAMES_IN_LINE = 10; // a system line names this many users, then "and N others"
+
+// Entry kinds (EntryKind in openapi.yaml).
+const CHANGE_KINDS = new Set(['recall', 'edit', 'delete']);
+const RETRACTED_KINDS = new Set(['recalled', 'deleted']);
+const SYSTEM_KINDS = new Set(['member_joined', 'member_left', 'member_removed', 'group_renamed']);
+const MEMBERSHIP_KINDS = new Set(['member_joined', 'member_left', 'member_removed']);
 
 const $ = (id) => document.getElementById(id);
 
@@ -43,7 +59,10 @@ let session = null; // { user, token, alive, stop: AbortController, polls, acks,
 const groups = new Map(); // group_id -> MyGroup (name, cursors, unread_count, last_message, …)
 let totalUnread = 0; // over all my groups: the server's total_unread, kept current by my acks
 const receipts = new Map(); // "group/msg" -> { read_count, unread_count, delivered_count }
-let open = null; // the open group: { id, ownerId, messages: Map(msg_id -> el), highest, oldest, ... }
+// The open group: { id, ownerId, entries: Map(msg_id -> entry as now), nodes: Map(msg_id -> li),
+// changes: Map(msg_id -> state from a change entry whose target is not loaded), memberIds, … }
+let open = null;
+let replyingTo = null; // the message the composer replies to: { groupId, msgId, senderId, preview }
 let chatEntry = false; // a history entry was pushed for the open chat (narrow screens only)
 let chatEntryDropping = false; // history.back() was called to drop it; its popstate is ours
 let roster = null; // the members dialog: { groupId, ownerId, members, nextCursor }
@@ -199,6 +218,12 @@ function el(tag, props = {}, ...children) {
   }
   for (const c of children) if (c) node.append(c);
   return node;
+}
+
+// A user as the signed-in user reads it: "you" for themselves, capitalised to start a line.
+function who(userId, start = false) {
+  if (!session || userId !== session.user) return userId;
+  return start ? 'You' : 'you';
 }
 
 function showError(node, message) {
@@ -396,6 +421,8 @@ function syncReported(sess, page, acksBefore) {
   }
   // Each is the group's whole current state: replaced, not merged (last_message may be gone).
   for (const g of page.groups) groups.set(g.group_id, g);
+  const renamed = open && groups.get(open.id);
+  if (renamed) $('chat-title').textContent = renamed.name;
   // The total was counted while the poll waited; an ack of mine answered meanwhile may or may
   // not be in it (my own reads are not reported back to me), so then ask for it afresh.
   if (sess.acks === acksBefore) setTotalUnread(page.total_unread);
@@ -445,22 +472,54 @@ function byRecentActivity(a, b) {
 function renderPreview(g) {
   const m = g.last_message;
   if (!m) return el('span', { className: 'preview muted', testid: 'group-preview', text: 'No messages yet' });
+  if (m.kind && m.kind !== 'message') {
+    return el('span', { className: 'preview muted', testid: 'group-preview', text: lastLineText(g, m) });
+  }
   return el('span', { className: 'preview', testid: 'group-preview' },
     el('span', { className: 'preview-sender', text: `${m.sender_id}: ` }),
     m.preview + (m.truncated ? '…' : ''));
+}
+
+// The chat list's line for a last entry that is not a message. last_message carries no
+// `detail`, so membership lines say what happened without naming whom; a rename names the
+// group's current name, which is the one it was renamed to (a later rename is a later line).
+function lastLineText(g, m) {
+  const actor = who(m.sender_id, true);
+  switch (m.kind) {
+    case 'recalled': return `${actor} recalled a message`;
+    case 'deleted': return 'A message was deleted by the owner';
+    case 'member_joined': return `${actor} added members`;
+    case 'member_left': return `${actor} left`;
+    case 'member_removed': return `${actor} removed a member`;
+    case 'group_renamed': return `${actor} renamed the group to “${g.name}”`;
+    default: return 'New activity';
+  }
+}
+
+// The unread badge and, apart from it, the badge saying someone mentioned me: "@", or "@3"
+// when several unread messages do.
+function renderBadges(g, isOpen) {
+  const mentions = g.unread_mention_count || 0;
+  const mention = el('span', {
+    className: 'badge mention', testid: 'mention-badge', text: mentions > 1 ? `@${mentions}` : '@',
+    title: `${mentions} unread message${mentions === 1 ? '' : 's'} mention${mentions === 1 ? 's' : ''} you`,
+  });
+  mention.hidden = isOpen || mentions === 0;
+  const unread = el('span', { className: 'badge', testid: 'unread-badge', text: String(g.unread_count) });
+  unread.hidden = isOpen || !(g.unread_count > 0);
+  return [mention, unread];
 }
 
 function renderGroups() {
   const list = $('groups');
   const items = [...groups.values()].sort(byRecentActivity).map((g) => {
     const isOpen = open && open.id === g.group_id;
-    const badge = el('span', { className: 'badge', testid: 'unread-badge', text: String(g.unread_count) });
-    badge.hidden = isOpen || !(g.unread_count > 0);
     const button = el('button', {
       type: 'button', className: 'group' + (isOpen ? ' active' : ''), testid: 'group',
       title: `Group #${g.group_id}`,
     }, el('span', { className: 'text' },
-      el('span', { className: 'name', testid: 'group-name', text: g.name }), renderPreview(g)), badge);
+      el('span', { className: 'name', testid: 'group-name', text: g.name }), renderPreview(g)),
+    ...renderBadges(g, isOpen));
     button.dataset.groupId = g.group_id;
     button.addEventListener('click', () => showGroup(g.group_id));
     return el('li', {}, button);
@@ -569,10 +628,12 @@ function showGroupInfo(o, info) {
 async function openGroup(groupId) {
   const sess = session;
   const o = {
-    id: groupId, ownerId: null, messages: new Map(), pending: new Map(), highest: 0, oldest: null,
+    id: groupId, ownerId: null, entries: new Map(), nodes: new Map(), changes: new Map(),
+    memberIds: new Set(), pending: new Map(), highest: 0, oldest: null,
     loaded: false, pulling: false, again: false,
   };
   if (roster && roster.groupId !== groupId) closeMembers();
+  if (replyingTo && replyingTo.groupId !== groupId) setReplyTo(null);
   open = o;
   setView('chat');
   const g = groups.get(groupId);
@@ -589,6 +650,7 @@ async function openGroup(groupId) {
     const info = await withRetry(() => api('GET', `/v1/groups/${groupId}`), sess);
     if (open !== o) return;
     showGroupInfo(o, info);
+    const membersRead = loadMemberIds(o); // alongside the history; needed for @mentions
     const page = await withRetry(() => api('GET',
       `/v1/groups/${groupId}/messages?before_msg_id=${info.last_msg_id + 1}&limit=${HISTORY_PAGE}&with_receipts=true`), sess);
     if (open !== o) return;
@@ -597,10 +659,41 @@ async function openGroup(groupId) {
     scrollToBottom();
     o.loaded = true;
     await pullNew(); // anything sent while the history loaded
+    await membersRead;
     if (open === o) $('chat').dataset.state = 'ready';
   } catch (e) {
     if (open === o && sess.alive && e.status !== 401) showError($('chat-error'), `Could not load this group: ${e.message}`);
   }
+}
+
+// The members' ids, for recognising @mentions in the composer. Large groups are read only in
+// part: an @id beyond that is sent as plain text.
+async function loadMemberIds(o) {
+  const ids = new Set();
+  try {
+    let cursor = null;
+    let pages = 0;
+    do {
+      const q = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
+      const page = await withRetry(() => api('GET', `/v1/groups/${o.id}/members?limit=${MEMBER_PAGE}${q}`), session, 4);
+      for (const m of page.members) ids.add(m.user_id);
+      cursor = page.has_more ? page.next_cursor : null;
+    } while (cursor && ++pages < MEMBER_ID_PAGES && open === o);
+  } catch (e) {
+    if (e.status !== 401) console.warn('could not read the members', e);
+    return;
+  }
+  if (open === o) o.memberIds = ids;
+}
+
+// A membership line arrived: the header's member count and the known members are stale.
+async function membersChanged(o) {
+  try {
+    const info = await api('GET', `/v1/groups/${o.id}`);
+    if (open !== o) return;
+    showGroupInfo(o, info);
+    loadMemberIds(o);
+  } catch { /* a member who was just removed may not read the group any more */ }
 }
 
 async function loadOlder() {
@@ -637,6 +730,7 @@ async function pullNew() {
           `/v1/groups/${o.id}/messages?after_msg_id=${o.highest}&limit=${PULL_PAGE}&with_receipts=true`), sess);
         if (open !== o) return;
         addMessages(o, page.messages);
+        if (page.messages.some((m) => MEMBERSHIP_KINDS.has(m.kind))) membersChanged(o);
         more = page.has_more && page.messages.length > 0;
       }
     } while (o.again && open === o);
@@ -657,61 +751,285 @@ function scrollToBottom() {
   s.scrollTop = s.scrollHeight;
 }
 
-// Adds messages (deduplicated by msg_id) in msg_id order, before any still-pending sends.
+// Adds log entries (deduplicated by msg_id) in msg_id order, before any still-pending sends.
+// A change entry is not shown: it updates its target instead.
 function addMessages(o, list) {
   if (!session) return;
   const stick = isNearBottom();
   let mine = false;
-  const ol = $('messages');
   for (const m of list) {
     if (m.receipt) setReceipt(m.group_id, m.msg_id, m.receipt, false);
-    if (o.messages.has(m.msg_id)) continue;
-    const node = renderMessage(m);
-    o.messages.set(m.msg_id, node);
-    const pending = m.sender_id === session.user && o.pending.get(m.client_msg_id);
-    if (pending) { pending.remove(); o.pending.delete(m.client_msg_id); mine = true; }
-    const next = [...ol.children].find((c) => c.dataset.pending || Number(c.dataset.msgId) > m.msg_id);
-    ol.insertBefore(node, next || null);
     o.highest = Math.max(o.highest, m.msg_id);
     o.oldest = o.oldest === null ? m.msg_id : Math.min(o.oldest, m.msg_id);
+    if (CHANGE_KINDS.has(m.kind)) { applyChange(o, m); continue; }
+    if (o.entries.has(m.msg_id)) { updateEntry(o, m.msg_id, stateOf(m)); continue; }
+    mine = showEntry(o, m) || mine;
   }
   markRuns();
   if (stick || mine) scrollToBottom();
 }
 
+// Stores and shows an entry not seen before; true when it replaces one of my pending sends.
+function showEntry(o, m) {
+  const entry = { ...m };
+  const known = o.changes.get(m.msg_id); // a change entry that came before its target
+  if (known) {
+    o.changes.delete(m.msg_id);
+    if (isNewer(known, stateOf(entry))) setState(entry, known);
+  }
+  o.entries.set(m.msg_id, entry);
+  const node = renderEntry(o, entry);
+  o.nodes.set(m.msg_id, node);
+  const ol = $('messages');
+  const next = [...ol.children].find((c) => c.dataset.pending || Number(c.dataset.msgId) > m.msg_id);
+  ol.insertBefore(node, next || null);
+  const pending = m.sender_id === session.user && o.pending.get(m.client_msg_id);
+  if (!pending) return false;
+  pending.remove();
+  o.pending.delete(m.client_msg_id);
+  return true;
+}
+
+// A recall, edit or delete: its `target` is the target as it is now (absent when I may not
+// see the target). Applied to the stored target, or kept until the target is loaded.
+function applyChange(o, change) {
+  const t = change.target;
+  if (!t) return;
+  if (o.entries.has(t.msg_id)) { updateEntry(o, t.msg_id, stateOf(t)); return; }
+  const known = o.changes.get(t.msg_id);
+  if (!known || isNewer(stateOf(t), known)) o.changes.set(t.msg_id, stateOf(t));
+}
+
+// The part of a message that changes after it was sent.
+function stateOf(m) {
+  return { kind: m.kind, content: m.content, edited_at: m.edited_at, retracted_at: m.retracted_at };
+}
+
+// Pages and change entries may be read in any order, so the newer of two states of one
+// message wins: a message only ever goes on to a later edit, then to recalled or deleted.
+function isNewer(a, b) {
+  const rank = (s) => [RETRACTED_KINDS.has(s.kind) ? 1 : 0, s.edited_at ? micros(s.edited_at) : 0];
+  const [ra, rb] = [rank(a), rank(b)];
+  return ra[0] !== rb[0] ? ra[0] > rb[0] : ra[1] > rb[1];
+}
+
+function setState(entry, state) {
+  Object.assign(entry, state);
+  if (RETRACTED_KINDS.has(entry.kind)) { // erased on the server too
+    for (const k of ['mentions', 'mention_all', 'reply_to', 'reply_to_msg_id', 'ext']) delete entry[k];
+  }
+}
+
+// A stored entry got a newer state: it is drawn again in its place, and so are the replies
+// quoting it and the composer's reply bar.
+function updateEntry(o, msgId, state) {
+  const entry = o.entries.get(msgId);
+  if (!entry || !isNewer(state, stateOf(entry))) return;
+  setState(entry, state);
+  redraw(o, entry);
+  for (const reply of o.entries.values()) {
+    if (reply.reply_to?.msg_id !== msgId) continue;
+    reply.reply_to = { ...reply.reply_to, kind: entry.kind, ...previewOf(entry.content) };
+    redraw(o, reply);
+  }
+  if (replyingTo?.groupId === o.id && replyingTo.msgId === msgId) {
+    setReplyTo(RETRACTED_KINDS.has(entry.kind) ? null : { ...replyingTo, ...previewOf(entry.content) });
+  }
+  updateLastMessage(groups.get(o.id), entry);
+}
+
+function redraw(o, entry) {
+  const old = o.nodes.get(entry.msg_id);
+  if (!old) return;
+  const node = renderEntry(o, entry);
+  old.replaceWith(node);
+  o.nodes.set(entry.msg_id, node);
+  markRuns();
+}
+
+// The first characters of a text, as the server cuts previews (characters, not UTF-16 units).
+function previewOf(content) {
+  const chars = Array.from(content || '');
+  return { preview: chars.slice(0, PREVIEW_CHARS).join(''), truncated: chars.length > PREVIEW_CHARS };
+}
+
 // A run: consecutive messages of one sender, each within RUN_GAP_MS of the one before. Only
-// its first message shows the sender and time (the others have class "cont"). Recomputed over
-// the whole list, since older pages and pending sends insert anywhere.
+// its first message shows the sender and time (the others have class "cont"). Lines (system
+// lines, recalled messages) end a run. Recomputed over the whole list, since older pages and
+// pending sends insert anywhere.
 function markRuns() {
   let prev = null;
   for (const li of $('messages').children) {
-    const cont = !!prev && prev.dataset.sender === li.dataset.sender &&
+    const cont = !!prev && li.classList.contains('msg') && prev.classList.contains('msg') &&
+      prev.dataset.sender === li.dataset.sender &&
       Math.abs(Number(li.dataset.at) - Number(prev.dataset.at)) <= RUN_GAP_MS;
     li.classList.toggle('cont', cont);
     prev = li;
   }
 }
 
-function renderMessage(m) {
-  const own = session && m.sender_id === session.user;
-  const li = el('li', { className: 'msg' + (own ? ' own' : ''), testid: 'message' },
-    el('div', { className: 'meta', testid: 'message-meta' },
-      el('span', { className: 'sender', testid: 'message-sender', text: own ? 'you' : m.sender_id }),
-      el('time', { dateTime: m.created_at, title: m.created_at, text: formatTime(m.created_at) })),
-    el('div', {
-      className: 'content', testid: 'message-content', text: m.content,
-      title: `${own ? 'you' : m.sender_id}, ${formatTime(m.created_at)}`,
-    }));
+// ---------------------------------------------------------------- drawing entries
+
+function renderEntry(o, m) {
+  let li;
+  if (m.kind === 'message') li = renderMessage(o, m);
+  else if (RETRACTED_KINDS.has(m.kind)) li = renderLine(m, 'message-retracted', retractedText(m));
+  else if (SYSTEM_KINDS.has(m.kind)) li = renderLine(m, 'system-line', systemLineText(m));
+  else li = renderLine(m, 'system-line', 'Something this client cannot show');
   li.dataset.msgId = m.msg_id;
+  li.dataset.kind = m.kind;
   li.dataset.sender = m.sender_id;
   li.dataset.at = String(Date.parse(m.created_at) || 0);
+  return li;
+}
+
+function renderLine(m, testid, text) {
+  return el('li', { className: 'line', testid },
+    el('span', { testid: 'line-text', text, title: formatTime(m.retracted_at || m.created_at) }));
+}
+
+function retractedText(m) {
+  return m.kind === 'recalled' ? `${who(m.sender_id, true)} recalled a message` : 'A message was deleted by the owner';
+}
+
+// "alice added bob and carol", "carol left", "alice removed dave", "alice renamed the group to …".
+function systemLineText(m) {
+  const actor = who(m.sender_id, true);
+  const d = m.detail || {};
+  switch (m.kind) {
+    case 'member_joined': return `${actor} added ${namesText(d)}`;
+    case 'member_left': return `${actor} left`;
+    case 'member_removed': return `${actor} removed ${namesText(d)}`;
+    case 'group_renamed': return `${actor} renamed the group to “${d.name}”`;
+    default: return '';
+  }
+}
+
+// "bob", "bob and carol", "bob, carol and 3 others": a line names at most NAMES_IN_LINE of the
+// users; user_count says how many there were (the server lists at most 100).
+function namesText(d) {
+  const ids = (d.user_ids || []).map((id) => who(id));
+  const count = Math.max(d.user_count || 0, ids.length);
+  const named = ids.slice(0, NAMES_IN_LINE);
+  const others = count - named.length;
+  if (others > 0) return `${named.join(', ')} and ${others} other${others === 1 ? '' : 's'}`;
+  if (named.length < 2) return named.join('');
+  return `${named.slice(0, -1).join(', ')} and ${named[named.length - 1]}`;
+}
+
+function mentionsMe(m) {
+  return m.sender_id !== session.user && (!!m.mention_all || (m.mentions || []).includes(session.user));
+}
+
+function renderMessage(o, m) {
+  const own = m.sender_id === session.user;
+  const li = el('li', {
+    className: 'msg' + (own ? ' own' : '') + (mentionsMe(m) ? ' mentions-me' : ''), testid: 'message',
+  },
+  el('div', { className: 'meta', testid: 'message-meta' },
+    el('span', { className: 'sender', testid: 'message-sender', text: own ? 'you' : m.sender_id }),
+    el('time', { dateTime: m.created_at, title: m.created_at, text: formatTime(m.created_at) })),
+  m.reply_to_msg_id ? renderQuote(o, m.reply_to) : null,
+  el('div', {
+    className: 'content', testid: 'message-content',
+    title: `${own ? 'you' : m.sender_id}, ${formatTime(m.created_at)}`,
+  }, ...withMentions(m.content, mentionIds(m), !own)),
+  m.edited_at ? el('span', {
+    className: 'edited', testid: 'message-edited', text: '(edited)', title: `edited ${formatTime(m.edited_at)}`,
+  }) : null);
+  li.tabIndex = -1; // focusable by a tap, which shows the actions on touch screens
   if (own) {
     const line = el('button', { type: 'button', className: 'receipt', testid: 'receipt', title: 'Who has read it?' });
     line.addEventListener('click', () => showWhoRead(m.group_id, m.msg_id));
     li.append(line);
     paintReceipt(li, receipts.get(`${m.group_id}/${m.msg_id}`));
   }
+  li.append(renderActions(o, m, li));
   return li;
+}
+
+// The quoted message of a reply, as it is now; absent when I may not see it.
+function renderQuote(o, q) {
+  const box = el('button', { type: 'button', className: 'quote', testid: 'message-quote' });
+  if (!q) {
+    box.append(el('span', { className: 'quote-text muted', text: 'an earlier message' }));
+    return box;
+  }
+  const gone = RETRACTED_KINDS.has(q.kind);
+  box.title = 'Show the quoted message';
+  box.append(el('span', { className: 'quote-sender', testid: 'quote-sender', text: who(q.sender_id) }),
+    el('span', {
+      className: 'quote-text' + (gone ? ' muted' : ''), testid: 'quote-text',
+      text: gone ? 'recalled message' : q.preview + (q.truncated ? '…' : ''),
+    }));
+  box.addEventListener('click', () => flashEntry(o, q.msg_id));
+  return box;
+}
+
+// Scrolls to a loaded message and marks it for a moment.
+function flashEntry(o, msgId) {
+  const node = o.nodes.get(msgId);
+  if (!node) return;
+  node.scrollIntoView({ block: 'center', behavior: 'smooth' });
+  node.classList.add('flash');
+  setTimeout(() => node.classList.remove('flash'), 1500);
+}
+
+// ---------------------------------------------------------------- mentions
+
+// Who a message mentions, as the server stored it; "all" for mention_all.
+function mentionIds(m) {
+  const ids = new Set(m.mentions || []);
+  if (m.mention_all) ids.add('all');
+  return ids;
+}
+
+// The `@id` tokens of a text whose id is in `ids`: [{ start, end, id }]. An @ inside a word
+// (an e-mail address) is not one. User ids may hold "@" and ".", so the longest id in `ids`
+// that the token starts with is taken: "@bob." is bob followed by a full stop.
+function mentionTokens(text, ids) {
+  const found = [];
+  const token = /@([A-Za-z0-9._@:-]+)/g;
+  for (let m; (m = token.exec(text));) {
+    if (m.index > 0 && USER_ID_CHAR.test(text[m.index - 1])) continue;
+    let id = m[1];
+    while (id && !ids.has(id)) id = id.slice(0, -1);
+    if (!id) continue;
+    found.push({ start: m.index, end: m.index + 1 + id.length, id });
+    token.lastIndex = m.index + 1 + id.length;
+  }
+  return found;
+}
+
+// A message's text as text nodes, with its mentions marked; in others' messages, the ones that
+// mean me (my id, @all) stand out more.
+function withMentions(text, ids, fromOthers) {
+  const parts = [];
+  let at = 0;
+  for (const t of mentionTokens(text, ids)) {
+    parts.push(text.slice(at, t.start));
+    const me = fromOthers && (t.id === session.user || t.id === 'all');
+    parts.push(el('span', { className: 'mention' + (me ? ' me' : ''), testid: 'mention', text: text.slice(t.start, t.end) }));
+    at = t.end;
+  }
+  parts.push(text.slice(at));
+  return parts.filter((p) => p !== '');
+}
+
+// What the composer's text mentions among the open group's members: { mentions, mention_all }
+// for the send, or { error }. Only the owner's @all mentions everyone.
+function composeMentions(o, text) {
+  const ids = new Set(o.memberIds);
+  const iOwn = o.ownerId === session.user;
+  if (iOwn) ids.add('all');
+  const found = new Set(mentionTokens(text, ids).map((t) => t.id));
+  const all = iOwn && found.delete('all');
+  found.delete(session.user);
+  if (found.size > MAX_MENTIONS) return { error: `A message mentions at most ${MAX_MENTIONS} people (${found.size} here).` };
+  const out = {};
+  if (found.size) out.mentions = [...found];
+  if (all) out.mention_all = true;
+  return out;
 }
 
 function paintReceipt(li, r) {
@@ -728,7 +1046,7 @@ function setReceipt(groupId, msgId, counts, force) {
   if (!force && receipts.has(key)) return;
   const { read_count, unread_count, delivered_count } = counts;
   receipts.set(key, { read_count, unread_count, delivered_count });
-  const node = open && open.id === groupId && open.messages.get(msgId);
+  const node = open && open.id === groupId && open.nodes.get(msgId);
   if (node) paintReceipt(node, receipts.get(key));
 }
 
@@ -770,12 +1088,16 @@ async function flushAck() {
 
 // ---------------------------------------------------------------- sending
 
-function sendMessage(content) {
+// Sends the composer's text, with what it mentions and what it replies to (`extras`: the
+// request's mentions, mention_all, reply_to_msg_id).
+function sendMessage(content, extras) {
   const o = open;
   if (!o) return;
   const clientMsgId = newClientMsgId(); // one per message, reused by every retry
+  const quote = extras.reply_to_msg_id ? o.entries.get(extras.reply_to_msg_id) : null;
   const node = el('li', { className: 'msg own pending', testid: 'message-pending' },
     el('div', { className: 'meta' }, el('span', { className: 'sender', text: 'you' })),
+    quote ? renderQuote(o, { msg_id: quote.msg_id, kind: quote.kind, sender_id: quote.sender_id, ...previewOf(quote.content) }) : null,
     el('div', { className: 'content', testid: 'message-content', text: content }),
     el('div', { className: 'receipt state', testid: 'send-state', text: 'sending…' }));
   node.dataset.pending = '1';
@@ -788,19 +1110,19 @@ function sendMessage(content) {
   // One send at a time per group: the server numbers messages in the order they arrive, and
   // they must keep the order they were written in.
   const sess = session;
+  const body = { client_msg_id: clientMsgId, content, ...extras };
   const before = sess.sends.get(o.id) || Promise.resolve();
-  const done = before.then(() => deliver(o, sess, clientMsgId, content, node));
+  const done = before.then(() => deliver(o, sess, body, node));
   sess.sends.set(o.id, done);
   done.then(() => { if (sess.sends.get(o.id) === done) sess.sends.delete(o.id); });
 }
 
-async function deliver(o, sess, clientMsgId, content, node) {
+async function deliver(o, sess, body, node) {
   const state = node.querySelector('.state');
   state.replaceChildren('sending…');
   for (let attempt = 0; sess.alive; attempt++) {
     try {
-      const msg = await api('POST', `/v1/groups/${o.id}/messages`,
-        { body: { client_msg_id: clientMsgId, content } });
+      const msg = await api('POST', `/v1/groups/${o.id}/messages`, { body });
       const g = groups.get(o.id);
       if (g) sent(g, msg);
       if (open === o) {
@@ -813,7 +1135,7 @@ async function deliver(o, sess, clientMsgId, content, node) {
       if (!sess.alive || e.status === 401) return;
       if (!retriable(e) || attempt + 1 >= SEND_ATTEMPTS) {
         const retry = el('button', { type: 'button', className: 'link', testid: 'send-retry', text: 'retry' });
-        retry.addEventListener('click', () => deliver(o, sess, clientMsgId, content, node));
+        retry.addEventListener('click', () => deliver(o, sess, body, node));
         state.replaceChildren(`not sent: ${e.message} `, retry);
         node.classList.add('failed');
         return;
@@ -824,24 +1146,152 @@ async function deliver(o, sess, clientMsgId, content, node) {
   }
 }
 
-// My message was sent: the group moves to the top with it as the preview. The server moves my
-// cursors to it only if they were at the message just before it (I had everything); own
-// messages never count as unread, so unread_count stays.
+// An entry of mine was appended: the server moves my cursors onto it only if they were at the
+// entry just before it (I had everything); own entries never count as unread, so
+// unread_count stays. A message becomes the group's preview and moves it to the top; a change
+// entry only changes the preview when it changed the message previewed.
 function sent(g, msg) {
   if (msg.msg_id > g.last_msg_id) {
     if (g.last_read_msg_id === msg.msg_id - 1) g.last_read_msg_id = msg.msg_id;
     if (g.last_ack_msg_id === msg.msg_id - 1) g.last_ack_msg_id = msg.msg_id;
     g.last_msg_id = msg.msg_id;
   }
-  if (!g.last_message || g.last_message.msg_id <= msg.msg_id) {
-    const chars = Array.from(msg.content); // characters, not UTF-16 units, as the server counts
+  if (CHANGE_KINDS.has(msg.kind)) {
+    if (msg.target) updateLastMessage(g, msg.target);
+  } else if (!g.last_message || g.last_message.msg_id <= msg.msg_id) {
     g.last_message = {
-      msg_id: msg.msg_id, sender_id: msg.sender_id, created_at: msg.created_at,
-      preview: chars.slice(0, PREVIEW_CHARS).join(''), truncated: chars.length > PREVIEW_CHARS,
+      msg_id: msg.msg_id, kind: msg.kind, sender_id: msg.sender_id, created_at: msg.created_at,
+      ...previewOf(msg.content),
     };
     g.last_activity_at = msg.created_at;
   }
   renderGroups();
+}
+
+// The chat list's preview follows a change of the message it shows.
+function updateLastMessage(g, m) {
+  const last = g?.last_message;
+  if (!last || last.msg_id !== m.msg_id || (last.kind === m.kind && !m.edited_at)) return;
+  Object.assign(last, { kind: m.kind, ...previewOf(m.content) });
+  renderGroups();
+}
+
+// A recall, edit or delete of message `targetId`, by the same path as a send (idempotent by
+// client_msg_id, so retried on network errors). A refusal is said in the chat; gives whether
+// it was stored.
+async function changeMessage(o, kind, targetId, content) {
+  const sess = session;
+  const body = { client_msg_id: newClientMsgId(), kind, target_msg_id: targetId };
+  if (content !== undefined) body.content = content;
+  showError($('chat-error'), '');
+  try {
+    const change = await withRetry(() => api('POST', `/v1/groups/${o.id}/messages`, { body }), sess, SEND_ATTEMPTS);
+    if (!sess.alive) return false;
+    const g = groups.get(o.id);
+    if (g) sent(g, change);
+    if (open === o) { addMessages(o, [change]); scheduleAck(); }
+    return true;
+  } catch (e) {
+    if (sess.alive && e.status !== 401 && open === o) showError($('chat-error'), refusalText(kind, e));
+    return false;
+  }
+}
+
+// Why a change was refused, in the user's words; the server's message otherwise.
+function refusalText(kind, e) {
+  const verb = { recall: 'recall', edit: 'edit', delete: 'delete' }[kind];
+  switch (e.code) {
+    case 'recall_window_passed':
+      return 'Too late to recall this message: the time for recalling it has passed.';
+    case 'edit_window_passed':
+      return 'Too late to edit this message: the time for editing it has passed.';
+    case 'message_retracted':
+      return `Could not ${verb} this message: it was already recalled or deleted.`;
+    default:
+      return `Could not ${verb} this message: ${e.message}`;
+  }
+}
+
+// ---------------------------------------------------------------- actions on a message
+
+// Reply for everyone; Edit and Recall for the sender; Delete for the owner. Edit and Recall are
+// offered at any age: the window is the server's setting (CHORUS_*_WINDOW_SECS), and a change
+// it refuses says so.
+function renderActions(o, m, li) {
+  const own = m.sender_id === session.user;
+  const bar = el('div', { className: 'actions', testid: 'message-actions' });
+  const action = (name, label, onClick) => {
+    const b = el('button', { type: 'button', className: 'link small', testid: `action-${name}`, text: label });
+    b.addEventListener('click', onClick);
+    bar.append(b);
+  };
+  action('reply', 'Reply', () => startReply(o, m));
+  if (own) {
+    action('edit', 'Edit', () => startEdit(o, m, li));
+    action('recall', 'Recall', () => changeMessage(o, 'recall', m.msg_id));
+  }
+  if (o.ownerId === session.user) {
+    action('delete', 'Delete', () => confirmDelete(o, m, li));
+  }
+  return bar;
+}
+
+function startReply(o, m) {
+  setReplyTo({ groupId: o.id, msgId: m.msg_id, senderId: m.sender_id, ...previewOf(m.content) });
+  $('composer-input').focus();
+}
+
+// The composer's "replying to" bar; null cancels the reply.
+function setReplyTo(r) {
+  replyingTo = r;
+  $('reply-bar').hidden = !r;
+  if (!r) return;
+  $('reply-bar-sender').textContent = who(r.senderId);
+  $('reply-bar-text').textContent = r.preview + (r.truncated ? '…' : '');
+}
+
+// The owner deletes a message for everyone, after saying yes under it.
+function confirmDelete(o, m, li) {
+  if (li.querySelector('.confirm')) return;
+  const box = el('div', { className: 'confirm', testid: 'delete-confirm' },
+    el('span', { text: 'Delete this message for everyone?' }));
+  const yes = el('button', { type: 'button', className: 'danger small', testid: 'delete-yes', text: 'Delete' });
+  const no = el('button', { type: 'button', className: 'secondary small', testid: 'delete-no', text: 'Cancel' });
+  yes.addEventListener('click', async () => {
+    yes.disabled = true;
+    if (!(await changeMessage(o, 'delete', m.msg_id))) box.remove();
+  });
+  no.addEventListener('click', () => box.remove());
+  box.append(yes, no);
+  li.append(box);
+  yes.focus();
+}
+
+// Edits my message in place: its text becomes a small form (Enter saves, Escape cancels).
+function startEdit(o, m, li) {
+  const content = li.querySelector('.content');
+  if (!content || li.querySelector('.edit')) return;
+  const input = el('textarea', { className: 'edit-input', testid: 'edit-input', rows: 2, value: m.content });
+  const save = el('button', { type: 'submit', className: 'small', testid: 'edit-save', text: 'Save' });
+  const cancel = el('button', { type: 'button', className: 'secondary small', testid: 'edit-cancel', text: 'Cancel' });
+  const form = el('form', { className: 'edit', testid: 'edit-form' }, input, el('div', { className: 'row' }, save, cancel));
+  const stop = () => { form.replaceWith(content); };
+  cancel.addEventListener('click', stop);
+  input.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Escape') { ev.preventDefault(); stop(); }
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); form.requestSubmit(); }
+  });
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const text = input.value;
+    if (text === m.content) { stop(); return; }
+    if (!text.trim()) { showError($('chat-error'), 'An edited message cannot be empty; recall it instead.'); return; }
+    save.disabled = true;
+    // Stored: the message is drawn again with its new text, which removes the form.
+    if (!(await changeMessage(o, 'edit', m.msg_id, text))) save.disabled = false;
+  });
+  content.replaceWith(form);
+  input.focus();
 }
 
 // The counts of a message I just sent (its send answer carries none).
@@ -904,6 +1354,7 @@ function openMembers() {
   $('members-list').replaceChildren();
   $('add-members').reset();
   $('add-members').hidden = true;
+  $('rename').hidden = true;
   $('leave').hidden = true;
   $('leave-confirm').hidden = true;
   $('owner-stays').hidden = true;
@@ -974,6 +1425,8 @@ function renderMembers(r) {
   }));
   $('members-more').hidden = !r.nextCursor;
   $('add-members').hidden = !iOwn;
+  if (iOwn && $('rename').hidden) $('rename-input').value = groups.get(r.groupId)?.name || $('chat-title').textContent;
+  $('rename').hidden = !iOwn;
   $('leave').hidden = iOwn;
   $('owner-stays').hidden = !iOwn;
 }
@@ -992,6 +1445,7 @@ async function addMembers(r, text) {
     if (already.length) said.push(`${already.join(', ')} ${already.length === 1 ? 'was' : 'were'} already in the group.`);
     membersSaid(said.join(' '), '');
     $('add-members').reset();
+    if (open && open.id === r.groupId) for (const id of added) open.memberIds.add(id); // @-able at once
   } catch (e) {
     if (roster === r && e.status !== 401) membersSaid('', `Could not add: ${e.message}`);
     return;
@@ -999,10 +1453,25 @@ async function addMembers(r, text) {
   await loadMembers(r);
 }
 
+// The owner renames the group; the group_renamed line reaches everyone through the pull.
+async function renameGroup(r, name) {
+  membersSaid('', '');
+  try {
+    const info = await api('PATCH', `/v1/groups/${r.groupId}`, { body: { name } });
+    const g = groups.get(r.groupId);
+    if (g) { g.name = info.name; renderGroups(); }
+    if (open && open.id === r.groupId) showGroupInfo(open, info);
+    if (roster === r) membersSaid(`Renamed to “${info.name}”.`, '');
+  } catch (e) {
+    if (roster === r && e.status !== 401) membersSaid('', `Could not rename: ${e.message}`);
+  }
+}
+
 async function removeMember(r, userId) {
   membersSaid('', '');
   try {
     await api('DELETE', `/v1/groups/${r.groupId}/members/${encodeURIComponent(userId)}`);
+    if (open && open.id === r.groupId) open.memberIds.delete(userId);
     if (roster === r) membersSaid(`Removed ${userId}.`, '');
   } catch (e) {
     if (roster !== r || e.status === 401) return;
@@ -1057,6 +1526,11 @@ $('add-members').addEventListener('submit', (ev) => {
   ev.preventDefault();
   if (roster) addMembers(roster, $('add-members-input').value);
 });
+$('rename').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const name = $('rename-input').value.trim();
+  if (roster && name) renameGroup(roster, name);
+});
 $('leave-start').addEventListener('click', () => {
   $('leave-question').textContent = `Leave “${$('chat-title').textContent}”? You will stop getting its messages.`;
   $('leave-confirm').hidden = false;
@@ -1086,16 +1560,24 @@ $('composer').addEventListener('submit', (ev) => {
     showError($('chat-error'), 'A message holds at most 16384 bytes.');
     return;
   }
+  if (!open) return;
+  const extras = composeMentions(open, content);
+  if (extras.error) { showError($('chat-error'), extras.error); return; }
+  if (replyingTo && replyingTo.groupId === open.id) extras.reply_to_msg_id = replyingTo.msgId;
   showError($('chat-error'), '');
   input.value = '';
-  sendMessage(content);
+  setReplyTo(null);
+  sendMessage(content, extras);
 });
+
+$('reply-cancel').addEventListener('click', () => { setReplyTo(null); $('composer-input').focus(); });
 
 $('composer-input').addEventListener('keydown', (ev) => {
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
     ev.preventDefault();
     $('composer').requestSubmit();
   }
+  if (ev.key === 'Escape' && replyingTo) setReplyTo(null);
 });
 
 $('load-older').addEventListener('click', loadOlder);

@@ -8,16 +8,14 @@
 //
 // Needs a Chorus server in development mode at CHORUS_URL (see .ci/browser-test) and Debian's
 // Chromium at CHORUS_CHROMIUM (default /usr/bin/chromium). Run: node --test receipts.spec.mjs
+// (the helpers it shares with the other specs are in harness.mjs)
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
-
-const BASE = process.env.CHORUS_URL || 'http://127.0.0.1:8080';
-const CHROMIUM = process.env.CHORUS_CHROMIUM || '/usr/bin/chromium';
-const ARTIFACTS = process.env.CHORUS_ARTIFACTS_DIR || '/tmp/chorus-artifacts';
-const LIVE_MS = 5000; // how long a live update may take to show up
+import {
+  ARTIFACTS, LIVE_MS, PHONE, startBrowser, eventually, groupEntry, groupNames, runs, memberIds, visible, totalUnread,
+} from './harness.mjs';
 
 const GROUP_NAME = 'Launch <b>crew</b>';
 const HELLO = 'Hello Bob <img src=x onerror="window.__xss=1"> & welcome!';
@@ -32,101 +30,9 @@ const TRIP = 'Field trip';
 const RUN = ['Bus leaves at 8', 'Bring lunch', 'And a raincoat'];
 const BOB_RUN = ['Count me in', 'I will bring snacks'];
 const WELCOME = ['Welcome, Carol!', 'We meet at the gate'];
-const PHONE = { width: 390, height: 844 };
-
-// Retries `check` (which throws while it is not yet true) until it passes or `ms` ran out.
-async function eventually(check, ms = LIVE_MS) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      return await check();
-    } catch (e) {
-      if (Date.now() > deadline) throw e;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}
-
-// The chat-list entry whose name is exactly `name` (the preview is part of the entry's text).
-function groupEntry(page, name) {
-  return page.getByTestId('group').filter({ has: page.getByTestId('group-name').getByText(name, { exact: true }) });
-}
-
-async function groupNames(page) {
-  return page.getByTestId('groups').getByTestId('group-name').allTextContents();
-}
-
-// The open chat as runs of one sender: [[the header's sender, number of messages], …]. Only the
-// first message of a run may show its header (sender and time).
-async function runs(page) {
-  return page.evaluate(() => {
-    const out = [];
-    for (const li of document.querySelectorAll('#messages > li')) {
-      const meta = li.querySelector('.meta');
-      const shown = meta.checkVisibility();
-      if (shown && meta.querySelector('time') && !meta.querySelector('time').textContent) {
-        out.push(['(header without time)', 0]);
-      } else if (shown || !out.length) {
-        out.push([shown ? meta.querySelector('.sender').textContent : '(no header)', 0]);
-      }
-      out[out.length - 1][1]++;
-    }
-    return out;
-  });
-}
-
-async function memberIds(page) {
-  return page.getByTestId('members-list').getByTestId('member-id').allTextContents();
-}
-
-async function visible(page, testid) {
-  return page.getByTestId(testid).isVisible();
-}
-
-// What the header badge and the title say about unread messages ('' when none).
-async function totalUnread(page) {
-  const { shown, title } = await page.evaluate(() => {
-    const badge = document.querySelector('[data-testid="total-unread"]');
-    return { shown: badge.checkVisibility() ? badge.textContent : '', title: document.title };
-  });
-  assert.equal(title, shown ? `(${shown}) Chorus` : 'Chorus', 'the title follows the badge');
-  return shown;
-}
 
 test('receipts, replies and the chat list show up live in the other browser', { timeout: 90_000 }, async (t) => {
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
-  t.after(() => browser.close());
-  const problems = [];
-  const refusals = new Map(); // user -> console errors a step expects (a refused request)
-  const expectRefusal = (user, pattern) => refusals.set(user, [...(refusals.get(user) || []), pattern]);
-
-  async function signIn(user, { phone = false } = {}) {
-    const context = await browser.newContext(phone
-      ? { viewport: PHONE, deviceScaleFactor: 2, isMobile: true, hasTouch: true }
-      : { viewport: { width: 1100, height: 680 } });
-    const page = await context.newPage();
-    page.setDefaultTimeout(10_000);
-    page.on('pageerror', (e) => problems.push(`${user}: page error: ${e.message}`));
-    page.on('console', (m) => {
-      if (m.type() !== 'error') return;
-      const expected = refusals.get(user) || [];
-      const i = expected.findIndex((re) => re.test(m.text()));
-      if (i >= 0) expected.splice(i, 1);
-      else problems.push(`${user}: console: ${m.text()}`);
-    });
-    await page.goto(BASE);
-    await page.getByTestId('login-user').fill(user);
-    await page.getByTestId('login-submit').click();
-    await page.getByTestId('me').filter({ hasText: user }).waitFor();
-    await page.locator('[data-testid="status"][data-state="live"]').waitFor({ timeout: LIVE_MS });
-    await page.evaluate(() => { window.__notReloaded = true; });
-    return page;
-  }
+  const { signIn, problems, refusals, expectRefusal } = await startBrowser(t);
 
   const alice = await signIn('alice');
 
