@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chorus::db::AnyConnection;
 use rand::{Rng, SeedableRng};
 
-use crate::report::{ms, EngineReport};
+use crate::report::EngineReport;
 use crate::requests::{expect_empty, expect_json};
 use crate::runner::{run_load, Measured};
 use crate::seed::{analyze, seed_group, seed_messages};
@@ -107,13 +107,6 @@ impl EngineReport {
         let rate = m.rate(m.ok);
         self.row(what, c, m, planned, format!("{rate:.0} lists/s"));
         let short = what.trim_start_matches("chat list: ");
-        self.key_numbers.push((
-            format!("chat list p50/p99 ms, {short}, C={c}"),
-            format!(
-                "{} / {}",
-                ms(m.percentile_ms(0.50)),
-                ms(m.percentile_ms(0.99))
-            ),
-        ));
+        self.latency_key(format!("chat list p50/p99 ms, {short}, C={c}"), m);
     }
 }

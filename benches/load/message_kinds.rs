@@ -6,7 +6,7 @@ use std::sync::Arc;
 use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
-use crate::report::{ms, EngineReport};
+use crate::report::EngineReport;
 use crate::requests::{expect_empty, expect_json};
 use crate::runner::{run_load, Measured};
 use crate::seed::{analyze, seed_edits, seed_group, seed_messages, users};
@@ -66,14 +66,7 @@ async fn bench_sends(server: &BenchServer, conn: &mut AnyConnection, report: &mu
             let what = format!("send to {GROUP_MEMBERS} members, {what}");
             let rate = m.rate(m.ok);
             report.row(&what, c, &m, SENDS_PER_RUN, format!("{rate:.0} sends/s"));
-            report.key_numbers.push((
-                format!("{what} p50/p99 ms, C={c}"),
-                format!(
-                    "{} / {}",
-                    ms(m.percentile_ms(0.50)),
-                    ms(m.percentile_ms(0.99))
-                ),
-            ));
+            report.latency_key(format!("{what} p50/p99 ms, C={c}"), &m);
         }
     }
 }
@@ -110,14 +103,7 @@ async fn bench_unread(server: &BenchServer, conn: &mut AnyConnection, report: &m
         let what = format!("chat list, {UNREAD} unread with {changes} edits in range");
         let rate = m.rate(m.ok);
         report.row(&what, 1, &m, READS_PER_RUN, format!("{rate:.0} lists/s"));
-        report.key_numbers.push((
-            format!("{what} p50/p99 ms"),
-            format!(
-                "{} / {}",
-                ms(m.percentile_ms(0.50)),
-                ms(m.percentile_ms(0.99))
-            ),
-        ));
+        report.latency_key(format!("{what} p50/p99 ms"), &m);
     }
 }
 

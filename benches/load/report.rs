@@ -60,6 +60,16 @@ impl EngineReport {
         });
     }
 
+    /// A key number "p50 / p99" of the run `m`, in milliseconds.
+    pub fn latency_key(&mut self, name: String, m: &Measured) {
+        let p50_p99 = format!(
+            "{} / {}",
+            ms(m.percentile_ms(0.50)),
+            ms(m.percentile_ms(0.99))
+        );
+        self.key_numbers.push((name, p50_p99));
+    }
+
     pub fn key(&mut self, name: String, value: f64) {
         self.key_numbers.push((name, format!("{value:.0}")));
     }

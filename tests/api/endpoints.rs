@@ -82,16 +82,8 @@ impl TestApp {
         client_msg_id: &str,
         content: &str,
     ) -> TestResponse {
-        let path = format!("/v1/groups/{group_id}/messages");
         let body = json!({"client_msg_id": client_msg_id, "content": content});
-        self.call(
-            Method::POST,
-            "/v1/groups/{group_id}/messages",
-            &path,
-            Some(user),
-            Some(body),
-        )
-        .await
+        self.send_entry(user, group_id, body).await
     }
 
     /// Appends any entry: `body` is the whole request (a `client_msg_id` is added when absent).

@@ -558,7 +558,7 @@ async fn every_group_created_with_a_waiting_member_wakes_their_poll(app: TestApp
             app.group_with("alice", &["bob"]).await
         });
         assert_eq!(poll.status, 200);
-        if poll.body["groups"].as_array().map_or(true, Vec::is_empty) {
+        if poll.body["groups"].as_array().is_none_or(Vec::is_empty) {
             slow.push((round, started.elapsed()));
         }
     }
