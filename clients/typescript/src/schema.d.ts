@@ -1481,12 +1481,11 @@ export interface components {
         SendMessageRequest: {
             client_msg_id: components["schemas"]["ClientMsgId"];
             /**
-             * @description `message`; or a change of `target_msg_id`: `recall` and `edit` by its sender
-             *     within the window, `delete` by the group's owner.
-             * @default message
+             * @description `message` when absent; or a change of `target_msg_id`: `recall` and `edit` by its
+             *     sender within the window, `delete` by the group's owner.
              * @enum {string}
              */
-            kind: "message" | "recall" | "edit" | "delete";
+            kind?: "message" | "recall" | "edit" | "delete";
             /** @description The text (`message`) or the new text (`edit`); required for those two. */
             content?: components["schemas"]["Content"];
             /**
@@ -1501,10 +1500,10 @@ export interface components {
              */
             mentions?: components["schemas"]["UserId"][];
             /**
-             * @description `message` only: mention every member. Only the group's owner may (else 403).
-             * @default false
+             * @description `message` only: mention every member (false when absent). Only the group's owner
+             *     may (else 403).
              */
-            mention_all: boolean;
+            mention_all?: boolean;
             /**
              * Format: int64
              * @description `message` only: the earlier message of this group, which the sender can see, that
