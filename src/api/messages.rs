@@ -11,8 +11,8 @@ use super::{read_as_member, AppState};
 use crate::db::access::Membership;
 use crate::db::access::Refusal;
 use crate::db::devices::device_ack;
-use crate::db::entry_refs::{load_refs, EntryRefs};
-use crate::db::messages::{self, Author, SendOutcome};
+use crate::db::entry_refs::{load_refs, refs_of_new, EntryRefs};
+use crate::db::messages::{self, stored_mentions, Author, SendOutcome, UserEntry};
 use crate::db::models::{EntryKind, MemberRow, MessageRow};
 use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
 use crate::db::AnyConnection;
@@ -50,10 +50,23 @@ pub async fn send_message(
                 windows,
                 wakes,
             )?);
-            let created = matches!(outcome, SendOutcome::Created(_));
-            let (SendOutcome::Created(row) | SendOutcome::Existing(row)) = outcome;
             // The author saw what their entry points at when they wrote it.
-            let refs = load_refs(conn, group_id, std::slice::from_ref(&row))?;
+            let (created, row, refs) = match outcome {
+                SendOutcome::Created(row) => {
+                    let mentioned = match &entry {
+                        UserEntry::Message(draft) => {
+                            stored_mentions(&row.sender_id, &draft.mentions)
+                        }
+                        UserEntry::Change { .. } => Vec::new(),
+                    };
+                    let refs = refs_of_new(conn, &row, mentioned)?;
+                    (true, row, refs)
+                }
+                SendOutcome::Existing(row) => {
+                    let refs = load_refs(conn, group_id, std::slice::from_ref(&row))?;
+                    (false, row, refs)
+                }
+            };
             Ok(Ok::<_, Refusal>((created, MessageView::new(row, &refs, 0))))
         })
         .await??;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use diesel::prelude::*;
 
-use super::models::MessageRow;
+use super::models::{EntryKind, MessageRow};
 use super::AnyConnection;
 use crate::schema::{group_msgs, mentions};
 
@@ -32,6 +32,31 @@ pub fn load_refs(
     group_id: i64,
     entries: &[MessageRow],
 ) -> QueryResult<EntryRefs> {
+    let mut refs = load_referenced(conn, group_id, entries)?;
+    refs.mentions = load_mentions(conn, group_id, entries)?;
+    Ok(refs)
+}
+
+/// What one entry just appended points at, with the mentions it was stored with (so the
+/// answer to a send reads no mention rows).
+pub fn refs_of_new(
+    conn: &mut AnyConnection,
+    entry: &MessageRow,
+    stored_mentions: Vec<String>,
+) -> QueryResult<EntryRefs> {
+    let mut refs = load_referenced(conn, entry.group_id, std::slice::from_ref(entry))?;
+    if !stored_mentions.is_empty() {
+        refs.mentions.insert(entry.msg_id, stored_mentions);
+    }
+    Ok(refs)
+}
+
+/// The entries that change entries and replies among `entries` name, as they are now.
+fn load_referenced(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    entries: &[MessageRow],
+) -> QueryResult<EntryRefs> {
     let mut refs = EntryRefs::default();
     let named: Vec<i64> = entries
         .iter()
@@ -46,19 +71,32 @@ pub fn load_refs(
             .load(conn)?;
         refs.referenced = rows.into_iter().map(|r| (r.msg_id, r)).collect();
     }
-    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
-        return Ok(refs);
+    Ok(refs)
+}
+
+/// Whom each message among `entries` mentions by name.
+fn load_mentions(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    entries: &[MessageRow],
+) -> QueryResult<HashMap<i64, Vec<String>>> {
+    let ids = entries.iter().filter(|e| e.kind == EntryKind::Message);
+    let (Some(low), Some(high)) = (
+        ids.clone().map(|e| e.msg_id).min(),
+        ids.map(|e| e.msg_id).max(),
+    ) else {
+        return Ok(HashMap::new());
     };
-    // A page is a contiguous run of ids: one range of the primary key.
-    let (low, high) = (first.msg_id.min(last.msg_id), first.msg_id.max(last.msg_id));
+    // A page is a run of ids: one range of the primary key.
     let rows: Vec<(i64, String)> = mentions::table
         .filter(mentions::group_id.eq(group_id))
         .filter(mentions::msg_id.between(low, high))
         .order((mentions::msg_id.asc(), mentions::user_id.asc()))
         .select((mentions::msg_id, mentions::user_id))
         .load(conn)?;
+    let mut by_message: HashMap<i64, Vec<String>> = HashMap::new();
     for (msg_id, user_id) in rows {
-        refs.mentions.entry(msg_id).or_default().push(user_id);
+        by_message.entry(msg_id).or_default().push(user_id);
     }
-    Ok(refs)
+    Ok(by_message)
 }

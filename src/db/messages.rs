@@ -261,8 +261,19 @@ pub fn visible_message(
     })
 }
 
-/// One row per member a message mentions by name, the sender left out (their own message
-/// never counts for them).
+/// The members a message by `sender_id` stores as mentioned, in user id order: the sender is
+/// left out (their own message never counts for them).
+pub fn stored_mentions(sender_id: &str, mentioned: &[String]) -> Vec<String> {
+    let mut stored: Vec<String> = mentioned
+        .iter()
+        .filter(|user| user.as_str() != sender_id)
+        .cloned()
+        .collect();
+    stored.sort();
+    stored
+}
+
+/// One row per member a message mentions by name (see [`stored_mentions`]).
 fn store_mentions(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -270,9 +281,9 @@ fn store_mentions(
     sender_id: &str,
     mentioned: &[String],
 ) -> QueryResult<()> {
-    let rows: Vec<_> = mentioned
+    let stored = stored_mentions(sender_id, mentioned);
+    let rows: Vec<_> = stored
         .iter()
-        .filter(|user| user.as_str() != sender_id)
         .map(|user| {
             (
                 mentions::group_id.eq(group_id),
