@@ -155,6 +155,7 @@ assert.deepEqual(bobCursors, {
   last_read_msg_id: 2,
   last_msg_id: 2,
   unread_count: 0,
+  unread_mention_count: 0,
 });
 const bobGroups = expectStatus("bob's groups", 200, await bob.GET("/v1/me/groups"));
 const bobTeamAfter = bobGroups.groups.find((g) => g.group_id === created.group_id);
