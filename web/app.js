@@ -473,26 +473,20 @@ function renderPreview(g) {
   const m = g.last_message;
   if (!m) return el('span', { className: 'preview muted', testid: 'group-preview', text: 'No messages yet' });
   if (m.kind && m.kind !== 'message') {
-    return el('span', { className: 'preview muted', testid: 'group-preview', text: lastLineText(g, m) });
+    return el('span', { className: 'preview muted', testid: 'group-preview', text: lastLineText(m) });
   }
   return el('span', { className: 'preview', testid: 'group-preview' },
     el('span', { className: 'preview-sender', text: `${m.sender_id}: ` }),
     m.preview + (m.truncated ? '…' : ''));
 }
 
-// The chat list's line for a last entry that is not a message. last_message carries no
-// `detail`, so membership lines say what happened without naming whom; a rename names the
-// group's current name, which is the one it was renamed to (a later rename is a later line).
-function lastLineText(g, m) {
-  const actor = who(m.sender_id, true);
+// The chat list's line for a last entry that is not a message: the same words as the line in
+// the chat (the server sends a system line's `detail` with it).
+function lastLineText(m) {
   switch (m.kind) {
-    case 'recalled': return `${actor} recalled a message`;
-    case 'deleted': return 'A message was deleted by the owner';
-    case 'member_joined': return `${actor} added members`;
-    case 'member_left': return `${actor} left`;
-    case 'member_removed': return `${actor} removed a member`;
-    case 'group_renamed': return `${actor} renamed the group to “${g.name}”`;
-    default: return 'New activity';
+    case 'recalled':
+    case 'deleted': return retractedText(m);
+    default: return SYSTEM_KINDS.has(m.kind) ? systemLineText(m) : 'New activity';
   }
 }
 

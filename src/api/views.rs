@@ -280,6 +280,8 @@ pub struct LastMessageView {
     pub preview: String,
     /// Whether the content goes on past the preview.
     pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<RawValue>>,
 }
 
 impl From<LastMessage> for LastMessageView {
@@ -292,6 +294,7 @@ impl From<LastMessage> for LastMessageView {
             created_at: utc(m.created_at),
             preview,
             truncated,
+            detail: raw_json(m.detail),
         }
     }
 }

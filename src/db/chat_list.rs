@@ -49,6 +49,8 @@ pub struct LastMessage {
     pub created_at: NaiveDateTime,
     /// Up to one character more than a preview holds, so the caller knows it was cut.
     pub content_start: String,
+    /// A system line's facts (who joined, the new name).
+    pub detail: Option<String>,
 }
 
 impl ChatListRow {
@@ -127,6 +129,7 @@ macro_rules! chat_list_query {
                     group_msgs::created_at,
                     substr(group_msgs::content.nullable(), 1, PREVIEW_CHARS as i32 + 1)
                         .assume_not_null(),
+                    group_msgs::detail,
                 )
                     .nullable(),
             ))

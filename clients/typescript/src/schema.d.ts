@@ -1178,6 +1178,8 @@ export interface components {
             preview: string;
             /** @description True when the content goes on past `preview`. */
             truncated: boolean;
+            /** @description A system line's facts, as in the log (so the list can say who joined). */
+            detail?: components["schemas"]["SystemLineDetail"];
         };
         MyGroupsPage: {
             /**
