@@ -1,7 +1,7 @@
 //! Settings, from command-line flags or `CHORUS_*` environment variables (flags win).
-//! Every default is written once, in [`defaults`]. Secrets never reach a log: the JWT secret is
-//! a [`SecretString`] (its `Debug` prints `[REDACTED]`) and the database URL's password is
-//! hidden by [`redact_url`] in `Debug` and in `--help`.
+//! Every default is written once, in [`defaults`]. Secrets never reach a log: the JWT and push
+//! secrets are [`SecretString`]s (their `Debug` prints `[REDACTED]`) and the database URL's
+//! password is hidden by [`redact_url`] in `Debug` and in `--help`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,6 +82,17 @@ pub mod defaults {
     pub const LOG_BACKTRACES: bool = false;
     /// `chorus token --ttl-hours`.
     pub const TOKEN_TTL_HOURS: i64 = 24;
+    /// None: push is off (targets may still be registered).
+    pub const PUSH_URL: Option<&str> = None;
+    /// Long enough for an app in the foreground to ack what it was just sent.
+    pub const PUSH_GRACE_MS: u64 = 5_000;
+    pub const PUSH_INTERVAL_MS: u64 = 10_000;
+    pub const PUSH_TIMEOUT_MS: u64 = 5_000;
+    /// A notification older than this is stale: it is given up rather than delivered late.
+    pub const PUSH_RETRY_FOR_SECS: u64 = 900;
+    pub const PUSH_BACKOFF_MAX_MS: u64 = 60_000;
+    /// Private by default: notifications carry counts, not text.
+    pub const PUSH_CONTENT: bool = false;
 }
 
 #[derive(Args, Clone, derive_more::Debug)]
@@ -178,6 +189,50 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_LONGPOLL_MAX_TOTAL", default_value_t = defaults::LONGPOLL_MAX_TOTAL, global = true)]
     pub longpoll_max_total: usize,
 
+    /// Wake devices through the operator's push service at this URL (http://…): each
+    /// notification is POSTed there as JSON. Unset: push is off (devices may still register
+    /// push targets).
+    #[arg(long, env = "CHORUS_PUSH_URL", global = true)]
+    pub push_url: Option<String>,
+
+    /// The secret that signs each notification (`X-Chorus-Signature: sha256=<hex HMAC-SHA256
+    /// of the body>`), at least 32 bytes; required with CHORUS_PUSH_URL.
+    #[arg(
+        long,
+        env = "CHORUS_PUSH_SECRET",
+        hide_env_values = true,
+        global = true
+    )]
+    pub push_secret: Option<SecretString>,
+
+    /// A device is due a push for a message it has not acked this many milliseconds after it
+    /// was sent, so an app in the foreground that acks at once gets none.
+    #[arg(long, env = "CHORUS_PUSH_GRACE_MS", default_value_t = defaults::PUSH_GRACE_MS, global = true)]
+    pub push_grace_ms: u64,
+
+    /// At most one notification per device per this many milliseconds; what comes meanwhile
+    /// is coalesced into the next.
+    #[arg(long, env = "CHORUS_PUSH_INTERVAL_MS", default_value_t = defaults::PUSH_INTERVAL_MS, global = true)]
+    pub push_interval_ms: u64,
+
+    /// How long one request to the push service may take before it counts as failed.
+    #[arg(long, env = "CHORUS_PUSH_TIMEOUT_MS", default_value_t = defaults::PUSH_TIMEOUT_MS, global = true)]
+    pub push_timeout_ms: u64,
+
+    /// How long a notification is retried (with backoff) before it is given up.
+    #[arg(long, env = "CHORUS_PUSH_RETRY_FOR_SECS", default_value_t = defaults::PUSH_RETRY_FOR_SECS, global = true)]
+    pub push_retry_for_secs: u64,
+
+    /// The longest wait between two attempts at one notification (the backoff doubles up to it).
+    #[arg(long, env = "CHORUS_PUSH_BACKOFF_MAX_MS", default_value_t = defaults::PUSH_BACKOFF_MAX_MS, global = true)]
+    pub push_backoff_max_ms: u64,
+
+    /// Put message content in notifications: the first characters of each group's last
+    /// message and its sender. Off: counts only.
+    #[arg(long, env = "CHORUS_PUSH_CONTENT", default_value_t = defaults::PUSH_CONTENT,
+          action = clap::ArgAction::Set, global = true)]
+    pub push_content: bool,
+
     /// Log output format.
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = defaults::LOG_FORMAT, global = true)]
     pub log_format: LogFormat,
@@ -217,6 +272,14 @@ impl Settings {
             retention_interval_secs: defaults::RETENTION_INTERVAL_SECS,
             longpoll_max_per_user: defaults::LONGPOLL_MAX_PER_USER,
             longpoll_max_total: defaults::LONGPOLL_MAX_TOTAL,
+            push_url: defaults::PUSH_URL.map(str::to_owned),
+            push_secret: None,
+            push_grace_ms: defaults::PUSH_GRACE_MS,
+            push_interval_ms: defaults::PUSH_INTERVAL_MS,
+            push_timeout_ms: defaults::PUSH_TIMEOUT_MS,
+            push_retry_for_secs: defaults::PUSH_RETRY_FOR_SECS,
+            push_backoff_max_ms: defaults::PUSH_BACKOFF_MAX_MS,
+            push_content: defaults::PUSH_CONTENT,
             log_format: defaults::LOG_FORMAT,
             log: defaults::LOG.into(),
             log_backtraces: defaults::LOG_BACKTRACES,
@@ -338,10 +401,12 @@ mod tests {
     fn debug_never_prints_secrets_but_shows_every_other_setting() {
         let mut s = Settings::defaults();
         s.jwt_secret = Some("super-secret-value-that-is-long-enough".into());
+        s.push_secret = Some("push-secret-value-that-is-long-enough".into());
         s.database_url = Some("postgres://u:db-password@h/db".into());
         s.log = "chorus=debug".into();
         let printed = format!("{s:?}");
         assert!(!printed.contains("super-secret"), "{printed}");
+        assert!(!printed.contains("push-secret"), "{printed}");
         assert!(!printed.contains("db-password"), "{printed}");
         assert!(printed.contains("postgres://u:***@h/db"), "{printed}");
         assert!(printed.contains("chorus=debug"), "{printed}");

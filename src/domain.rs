@@ -132,6 +132,63 @@ impl fmt::Display for DeviceId {
     }
 }
 
+/// The platform of a push target, as the operator's push service names it (`apns`, `fcm`,
+/// `webpush`, …): 1–32 characters from `a-z 0-9 . _ -`. Chorus only hands it on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushPlatform(String);
+
+pub const MAX_PUSH_PLATFORM_LEN: usize = 32;
+/// Bytes of a push token: APNs tokens are 64 hex digits and FCM tokens about 160 characters,
+/// but a web-push subscription (its endpoint URL and keys) is longer.
+pub const MAX_PUSH_TOKEN_BYTES: usize = 4096;
+
+impl PushPlatform {
+    pub fn parse(raw: &str) -> Result<PushPlatform, ValidationError> {
+        let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c);
+        if raw.is_empty() || raw.len() > MAX_PUSH_PLATFORM_LEN || !raw.chars().all(allowed) {
+            return Err(invalid(
+                "platform",
+                "must be 1-32 characters from a-z 0-9 . _ - (say apns or fcm)",
+            ));
+        }
+        Ok(PushPlatform(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A device's push token, opaque to Chorus: 1–4096 bytes of text without control characters.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushToken(String);
+
+/// A push token lets whoever holds it send to the phone: it stays out of logs.
+impl fmt::Debug for PushToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PushToken([REDACTED])")
+    }
+}
+
+impl PushToken {
+    pub fn parse(raw: &str) -> Result<PushToken, ValidationError> {
+        if raw.trim().is_empty()
+            || raw.len() > MAX_PUSH_TOKEN_BYTES
+            || raw.chars().any(char::is_control)
+        {
+            return Err(invalid(
+                "token",
+                "must be 1-4096 bytes of text without control characters, not only spaces",
+            ));
+        }
+        Ok(PushToken(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A list of distinct user ids, in first-seen order.
 pub fn parse_user_ids(field: &str, raw: &[String]) -> Result<Vec<String>, ValidationError> {
     if raw.len() > MAX_IDS_PER_REQUEST {
@@ -255,6 +312,29 @@ mod tests {
         assert!(DeviceId::parse("d", "a@b").is_err());
         assert!(DeviceId::parse("d", "").is_err());
         assert!(DeviceId::parse("d", &"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn push_platform_and_token_name_their_field() {
+        assert!(PushPlatform::parse("apns").is_ok());
+        assert!(PushPlatform::parse("fcm-v1").is_ok());
+        assert_eq!(
+            PushPlatform::parse("APNs").unwrap_err().0,
+            "platform: must be 1-32 characters from a-z 0-9 . _ - (say apns or fcm)"
+        );
+        assert!(PushPlatform::parse("").is_err());
+        assert!(PushPlatform::parse(&"a".repeat(33)).is_err());
+        assert!(PushToken::parse("3f2b9c1e").is_ok());
+        assert!(PushToken::parse("   ")
+            .unwrap_err()
+            .0
+            .starts_with("token: "));
+        assert!(PushToken::parse("a\nb").is_err());
+        assert!(PushToken::parse(&"x".repeat(MAX_PUSH_TOKEN_BYTES + 1)).is_err());
+        assert_eq!(
+            format!("{:?}", PushToken::parse("secret").unwrap()),
+            "PushToken([REDACTED])"
+        );
     }
 
     #[test]

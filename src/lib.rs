@@ -9,6 +9,7 @@ pub mod domain;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod push;
 pub mod retention;
 pub mod schema;
 pub mod startup;

@@ -9,8 +9,8 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 use tracing::Instrument;
 
@@ -20,6 +20,7 @@ pub struct Metrics {
     latency: HistogramVec,
     pub messages_sent: IntCounter,
     pub acks: IntCounter,
+    pub push: PushMetrics,
     waiting_polls: IntGauge,
     pool_in_use: IntGauge,
     pool_idle: IntGauge,
@@ -59,6 +60,7 @@ impl Metrics {
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(messages_sent.clone()))?;
         registry.register(Box::new(acks.clone()))?;
+        let push = PushMetrics::new(&registry)?;
         registry.register(Box::new(waiting_polls.clone()))?;
         registry.register(Box::new(pool_in_use.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
@@ -68,6 +70,7 @@ impl Metrics {
             latency,
             messages_sent,
             acks,
+            push,
             waiting_polls,
             pool_in_use,
             pool_idle,
@@ -84,6 +87,54 @@ impl Metrics {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         String::from_utf8_lossy(&buffer).into_owned()
+    }
+}
+
+/// What the push job did (cheap to clone: the job holds its own copy).
+#[derive(Clone)]
+pub struct PushMetrics {
+    /// Notifications built because a device was due one.
+    pub due: IntCounter,
+    /// Notifications the push service took.
+    pub sent: IntCounter,
+    /// Attempts that failed and will be retried.
+    pub retried: IntCounter,
+    /// Notifications given up: refused, or still failing when their retry time ran out.
+    pub failed: IntCounter,
+    /// From building a notification to the push service taking it.
+    pub latency: Histogram,
+}
+
+impl PushMetrics {
+    fn new(registry: &Registry) -> Result<PushMetrics, prometheus::Error> {
+        let counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let latency = Histogram::with_opts(
+            HistogramOpts::new(
+                "push_delivery_seconds",
+                "From building a notification to the push service taking it",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+            ]),
+        )?;
+        registry.register(Box::new(latency.clone()))?;
+        Ok(PushMetrics {
+            due: counter("push_due_total", "Notifications built for devices due one")?,
+            sent: counter("push_sent_total", "Notifications the push service took")?,
+            retried: counter(
+                "push_retried_total",
+                "Push attempts that failed and will be retried",
+            )?,
+            failed: counter(
+                "push_failed_total",
+                "Notifications given up (refused, or out of retry time)",
+            )?,
+            latency,
+        })
     }
 }
 

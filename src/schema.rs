@@ -65,6 +65,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     device_cursors,
     member_events,
     mentions,
+    push_targets,
+    push_group_state,
 );
 
 diesel::table! {
@@ -110,5 +112,34 @@ diesel::table! {
         kind -> Text,
         device_id -> Text,
         created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    push_targets (device_id) {
+        device_id -> Text,
+        user_id -> Text,
+        platform -> Text,
+        token -> Text,
+        registered_at -> Timestamp,
+        last_built_at -> Nullable<Timestamp>,
+        built_count -> BigInt,
+        pending_key -> Nullable<Text>,
+        pending_body -> Nullable<Text>,
+        pending_since -> Nullable<Timestamp>,
+        attempts -> BigInt,
+        next_attempt_at -> Nullable<Timestamp>,
+        lease_owner -> Nullable<Text>,
+        lease_until -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    push_group_state (device_id, group_id) {
+        device_id -> Text,
+        group_id -> BigInt,
+        user_id -> Text,
+        notified_msg_id -> BigInt,
+        notified_unread -> BigInt,
     }
 }

@@ -17,6 +17,7 @@ use crate::db::message_changes::ChangeWindows;
 use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
+use crate::push::{self, PushConfig, PushJob};
 use crate::retention::{self, RetentionPolicy};
 
 pub struct Application {
@@ -29,6 +30,8 @@ impl Application {
     /// Opens and migrates the database, loads the keys, starts the background jobs and binds
     /// the listener; the server runs once [`Application::run_until_stopped`] is awaited.
     pub async fn build(settings: &Settings) -> anyhow::Result<Application> {
+        // First: a wrong push setting is the operator's to fix before anything else happens.
+        let push = PushConfig::from_settings(settings)?;
         let db_settings = settings.db_settings()?;
         let notifier = Notifier::new(WaiterLimits {
             per_user: settings.longpoll_max_per_user,
@@ -40,11 +43,15 @@ impl Application {
             anyhow::anyhow!("cannot listen on {} (CHORUS_BIND): {e}", settings.bind)
         })?;
         let port = listener.local_addr()?.port();
+        let metrics = web::Data::new(Metrics::new()?);
         spawn_background_jobs(settings, &db_settings, &db, &notifier);
+        if let Some(push) = push {
+            spawn_push_job(push, &db, &metrics, &notifier)?;
+        }
         let state = web::Data::new(AppState {
             db,
             keys,
-            metrics: web::Data::new(Metrics::new()?),
+            metrics,
             cursors,
             notifier: notifier.clone(),
             longpoll: LongPollSettings {
@@ -141,6 +148,21 @@ fn spawn_background_jobs(
         policy,
         Duration::from_secs(settings.retention_interval_secs),
     ));
+}
+
+/// The job that wakes devices through the push service.
+fn spawn_push_job(
+    config: PushConfig,
+    db: &Db,
+    metrics: &Metrics,
+    notifier: &Notifier,
+) -> anyhow::Result<()> {
+    tracing::info!(url = %redact_url(config.url.as_str()), "push notifications on");
+    let instance = notifier.instance_id().to_owned();
+    let job = PushJob::new(db.clone(), config, metrics.push.clone(), instance)
+        .map_err(|e| anyhow::anyhow!("cannot build the HTTP client for CHORUS_PUSH_URL: {e}"))?;
+    tokio::spawn(push::run(job));
+    Ok(())
 }
 
 /// The token keys; without a configured secret, development keys from the data directory.

@@ -13,13 +13,15 @@ pub enum Scenario {
     Storage,
     ChatList,
     MessageKinds,
+    Push,
 }
 
 impl Scenario {
-    /// `core` runs every scenario but the message-kinds one, which seeds 30,000 messages of
-    /// its own and answers a narrower question.
+    /// `core` runs every scenario but the message-kinds and push ones, which seed tens of
+    /// thousands of rows of their own and answer narrower questions.
     pub fn includes(self, part: Scenario) -> bool {
-        self == part || (self == Scenario::Core && part != Scenario::MessageKinds)
+        self == part
+            || (self == Scenario::Core && !matches!(part, Scenario::MessageKinds | Scenario::Push))
     }
 }
 
@@ -71,7 +73,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str =
-    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds] [--engine sqlite|postgres|both]";
+    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push] [--engine sqlite|postgres|both]";
 
 pub fn parse_args() -> Result<Args, String> {
     let mut scenario = Scenario::Core;
@@ -101,6 +103,7 @@ pub fn parse_args() -> Result<Args, String> {
             "storage" => scenario = Scenario::Storage,
             "chat-list" => scenario = Scenario::ChatList,
             "message-kinds" => scenario = Scenario::MessageKinds,
+            "push" => scenario = Scenario::Push,
             "-h" | "--help" => return Err("Chorus load benchmark".into()),
             other => return Err(format!("unknown argument {other:?}")),
         }

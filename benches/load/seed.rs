@@ -141,3 +141,27 @@ pub fn analyze(conn: &mut AnyConnection) {
             .expect("ANALYZE after seeding");
     }
 }
+
+/// A phone for each of `users` (device `<user>-phone`) with a push target, as if each had
+/// signed in and registered; one transaction.
+pub fn seed_push_targets(conn: &mut AnyConnection, users: &[String]) {
+    use chorus::db::devices::touch_device;
+    use chorus::db::push_targets::{register_push_target, Caller};
+    use chorus::domain::{DeviceId, PushPlatform, PushToken};
+    let platform = PushPlatform::parse("apns").expect("platform");
+    conn.transaction::<_, diesel::result::Error, _>(|conn| {
+        for user in users {
+            let device = DeviceId::parse("device", &format!("{user}-phone")).expect("device id");
+            touch_device(conn, &device, user, 0)?;
+            let token = PushToken::parse(&format!("token-of-{user}")).expect("token");
+            let caller = Caller {
+                user_id: user,
+                device: Some(&device),
+            };
+            register_push_target(conn, caller, device.as_str(), &platform, &token)?
+                .expect("the device registers its own target");
+        }
+        Ok(())
+    })
+    .expect("seed push targets through the db layer");
+}

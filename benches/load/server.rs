@@ -1,6 +1,7 @@
 //! The server under test: in this process on its own database, with a client of it and the
 //! tokens of its users.
 
+use chorus::config::Settings;
 use chorus::db::AnyConnection;
 
 use crate::args::EngineSetup;
@@ -21,11 +22,20 @@ pub struct BenchServer {
 impl BenchServer {
     /// Err says why the setup is skipped.
     pub async fn start(setup: EngineSetup) -> Result<BenchServer, String> {
+        BenchServer::start_with(setup, |_| {}).await
+    }
+
+    /// [`BenchServer::start`] with `adjust` applied to the settings last.
+    pub async fn start_with(
+        setup: EngineSetup,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> Result<BenchServer, String> {
         let db = ScratchDb::for_bench(setup.engine())?;
         let server = InProcessServer::start(db.url(), |settings| {
             settings.pool_size = 8;
             settings.workers = 0;
             settings.sqlite_sync = setup.sqlite_sync();
+            adjust(settings);
         })
         .await?;
         Ok(BenchServer {

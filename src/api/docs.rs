@@ -159,6 +159,15 @@ fn render(spec: &Value) -> String {
             }
         }
     }
+    // Requests Chorus makes (to the push service), documented as OpenAPI 3.1 webhooks.
+    if let Some(hooks) = spec["webhooks"].as_object().filter(|h| !h.is_empty()) {
+        html.push_str("<h2 id=\"webhooks\">Webhooks: requests Chorus makes</h2>");
+        for (name, item) in hooks {
+            for method in METHODS.iter().filter(|m| item.get(**m).is_some()) {
+                render_operation(&mut html, spec, name, method, &item[*method]);
+            }
+        }
+    }
     html.push_str("<h2 id=\"schemas\">Schemas</h2>");
     if let Some(schemas) = spec["components"]["schemas"].as_object() {
         for (name, schema) in schemas {
@@ -372,5 +381,9 @@ mod tests {
                 );
             }
         }
+        assert!(
+            page.contains("id=\"pushNotification\""),
+            "the push webhook missing"
+        );
     }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::db::access::Refusal;
 use crate::db::models::EntryKind;
+use crate::db::push_targets::TargetRefusal;
 use crate::db::DbError;
 use crate::domain::ValidationError;
 
@@ -36,6 +37,9 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("{0}")]
     Conflict(String),
+    /// Only a named device may do this (register a push target), and the token names none.
+    #[error("{0}")]
+    DeviceRequired(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     #[error("{0}")]
@@ -98,6 +102,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
+            ApiError::DeviceRequired(_) => "device_required",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
@@ -127,6 +132,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_)
+            | ApiError::DeviceRequired(_)
             | ApiError::NoReceipts(_)
             | ApiError::MessageRetracted(_)
             | ApiError::NotAMessage(_)
@@ -258,6 +264,32 @@ impl From<Refusal> for ApiError {
     }
 }
 
+impl From<TargetRefusal> for ApiError {
+    fn from(refusal: TargetRefusal) -> Self {
+        match refusal {
+            TargetRefusal::NoDevice {
+                device_id,
+                by_default_device: false,
+            } => ApiError::NotFound(format!("you have no signed-in device {device_id}")),
+            TargetRefusal::NoDevice {
+                device_id,
+                by_default_device: true,
+            } => ApiError::NotFound(format!(
+                "you have no signed-in device {device_id}; a push target is registered by the \
+                 device itself, with a token whose device_id is {device_id}"
+            )),
+            TargetRefusal::DeviceRequired { device_id } => ApiError::DeviceRequired(format!(
+                "a push target belongs to the device it wakes: register it with a token whose \
+                 device_id is {device_id} (this token names no device)"
+            )),
+            TargetRefusal::OtherDevice { device_id, calling } => ApiError::Forbidden(format!(
+                "a push target belongs to the device it wakes: {device_id} registers its own \
+                 (this token names {calling})"
+            )),
+        }
+    }
+}
+
 /// The refusals about a message's state and what an entry may point at.
 fn message_refusal(refusal: Refusal) -> ApiError {
     match refusal {
@@ -326,6 +358,7 @@ impl ApiError {
             NotFound(m) => NotFound(f(m)),
             MethodNotAllowed(m) => MethodNotAllowed(f(m)),
             Conflict(m) => Conflict(f(m)),
+            DeviceRequired(m) => DeviceRequired(f(m)),
             PayloadTooLarge(m) => PayloadTooLarge(f(m)),
             UnsupportedMediaType(m) => UnsupportedMediaType(f(m)),
             AckBeyondLastMessage(m) => AckBeyondLastMessage(f(m)),

@@ -14,6 +14,7 @@ pub mod me;
 pub mod message_body;
 pub mod messages;
 pub mod meta;
+pub mod push_targets;
 pub mod receipts;
 pub mod routes;
 pub mod state;

@@ -5,7 +5,9 @@
 use actix_web::http::Method;
 use actix_web::web;
 
-use super::{acks, dev, docs, extract, groups, me, messages, meta, receipts, sync, webclient};
+use super::{
+    acks, dev, docs, extract, groups, me, messages, meta, push_targets, receipts, sync, webclient,
+};
 use Audience::{AnyUser, Development, GroupMember, Public};
 
 /// Who a route serves. The authorization matrix (tests/api/authz.rs) checks every route
@@ -46,6 +48,8 @@ pub static ROUTES: &[RouteSpec] = &[
     route(Method::GET,    "/v1/me/groups",                                    AnyUser,     || web::get().to(me::list_my_groups)),
     route(Method::GET,    "/v1/me/devices",                                   AnyUser,     || web::get().to(me::list_my_devices)),
     route(Method::DELETE, "/v1/me/devices/{device_id}",                       AnyUser,     || web::delete().to(me::remove_my_device)),
+    route(Method::PUT,    "/v1/me/devices/{device_id}/push-target",           AnyUser,     || web::put().to(push_targets::put_push_target)),
+    route(Method::DELETE, "/v1/me/devices/{device_id}/push-target",           AnyUser,     || web::delete().to(push_targets::delete_push_target)),
     route(Method::GET,    "/v1/sync",                                         AnyUser,     || web::get().to(sync::poll_sync)),
     route(Method::GET,    "/v1/receipts",                                     AnyUser,     || web::get().to(receipts::poll_receipts)),
     route(Method::POST,   "/v1/dev/token",                                    Development, || web::post().to(dev::issue_dev_token)),

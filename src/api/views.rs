@@ -9,6 +9,7 @@ use crate::db::cursors::CursorState;
 use crate::db::devices::DeviceRow;
 use crate::db::entry_refs::EntryRefs;
 use crate::db::models::{GroupRow, MemberRow, MessageRow};
+use crate::db::push_targets::PushTargetView;
 use crate::db::receipts::ReceiptCounts;
 use crate::domain::PREVIEW_CHARS;
 
@@ -325,6 +326,24 @@ impl DeviceView {
             device_id: row.device_id,
             created_at: utc(row.created_at),
             last_seen_at: utc(row.last_seen_at),
+        }
+    }
+}
+
+/// A device's push target as its owner sees it: never the token itself.
+#[derive(Serialize)]
+pub struct PushTargetResponse {
+    pub device_id: String,
+    pub platform: String,
+    pub registered_at: DateTime<Utc>,
+}
+
+impl PushTargetResponse {
+    pub fn new(view: PushTargetView) -> Self {
+        PushTargetResponse {
+            device_id: view.device_id,
+            platform: view.platform,
+            registered_at: utc(view.registered_at),
         }
     }
 }

@@ -7,6 +7,7 @@ use super::devices::{advance_device, device_ack};
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::members::{advance_member, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
+use super::push_due::note_read_on_device;
 use super::receipts::record_change;
 use super::unread::{above_read, UnreadInputs};
 use super::AnyConnection;
@@ -133,7 +134,12 @@ fn ack_one(
     state.read_moved = after.last_read_msg_id > member.last_read_msg_id;
     state.receipts_changed = state.read_moved || after.delivered_msg_id > member.delivered_msg_id;
     record_effects(conn, &member, &after, &state, device, wakes)?;
-    Ok(Ok(state.with_counts(conn, user_id)?))
+    let state = state.with_counts(conn, user_id)?;
+    if let (Some(d), true) = (device, state.read_moved) {
+        let unread = state.unread().unread_count();
+        note_read_on_device(conn, d.as_str(), GroupId(group_id), unread)?;
+    }
+    Ok(Ok(state))
 }
 
 impl CursorState {

@@ -11,6 +11,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
 use super::models::now_utc;
+use super::push_targets::delete_push_target;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
@@ -142,8 +143,8 @@ pub fn list_devices(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<
         .load(conn)
 }
 
-/// Signs a device out: its cursors are forgotten and tokens issued until now are refused.
-/// False when the user has no such signed-in device.
+/// Signs a device out: its cursors and push target are forgotten and tokens issued until now
+/// are refused. False when the user has no such signed-in device.
 pub fn remove_device(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -166,11 +167,13 @@ pub fn remove_device(
     }
     diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq(device_id)))
         .execute(conn)?;
+    delete_push_target(conn, device_id)?;
     Ok(true)
 }
 
 /// Forgets up to `batch` devices: signed-in ones unused since `idle_cutoff`, and signed-out
-/// ones removed before it (their tokens are refused until then). Their cursors go with them.
+/// ones removed before it (their tokens are refused until then). Their cursors go with them,
+/// and their push targets (through the foreign key).
 pub fn forget_devices_before(
     conn: &mut AnyConnection,
     idle_cutoff: NaiveDateTime,

@@ -3,9 +3,10 @@
 //! appearance: a query that introduces them out of order, or binds one too few, would read
 //! the wrong values on one engine and not the other).
 
+use chrono::NaiveDateTime;
 use diesel::query_builder::BoxedSqlQuery;
 use diesel::query_dsl::RunQueryDsl;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Text, Timestamp};
 use diesel::{QueryResult, QueryableByName};
 
 use super::{AnyConnection, MultiBackend};
@@ -13,6 +14,7 @@ use super::{AnyConnection, MultiBackend};
 enum Bind {
     Text(String),
     BigInt(i64),
+    Timestamp(NaiveDateTime),
 }
 
 #[derive(Default)]
@@ -45,6 +47,12 @@ impl RawSql {
         self.push_placeholder()
     }
 
+    /// Appends a placeholder for a timestamp and binds it.
+    pub fn time(mut self, value: NaiveDateTime) -> Self {
+        self.binds.push(Bind::Timestamp(value));
+        self.push_placeholder()
+    }
+
     fn push_placeholder(mut self) -> Self {
         let n = self.binds.len();
         self.text.push_str(&format!("${n}"));
@@ -58,12 +66,17 @@ impl RawSql {
         self.into_query().load(conn)
     }
 
+    pub fn execute(self, conn: &mut AnyConnection) -> QueryResult<usize> {
+        self.into_query().execute(conn)
+    }
+
     fn into_query(self) -> BoxedSqlQuery<'static, MultiBackend, diesel::query_builder::SqlQuery> {
         let mut query = diesel::sql_query(self.text).into_boxed();
         for bind in self.binds {
             query = match bind {
                 Bind::Text(v) => query.bind::<Text, _>(v),
                 Bind::BigInt(v) => query.bind::<BigInt, _>(v),
+                Bind::Timestamp(v) => query.bind::<Timestamp, _>(v),
             };
         }
         query

@@ -129,6 +129,8 @@ const CASES: &[Case] = &[
     case("GET",    "/v1/me/groups",                                    "?unread_only=false&limit=50",                 [200, 200, 200, 200]),
     case("GET",    "/v1/me/devices",                                   "",                                            [200, 200, 200, 200]),
     case("DELETE", "/v1/me/devices/{device_id}",                       "",                                            [404, 404, 404, 404]),
+    case("PUT",    "/v1/me/devices/{device_id}/push-target",           "",                                            [404, 404, 404, 404]),
+    case("DELETE", "/v1/me/devices/{device_id}/push-target",           "",                                            [404, 404, 404, 404]),
     case("GET",    "/v1/sync",                                         "?timeout_s=0&limit=50",                       [200, 200, 200, 200]),
     case("GET",    "/v1/receipts",                                     "?timeout_s=0&limit=50",                       [200, 200, 200, 200]),
     case("POST",   "/v1/dev/token",                                    "",                                            [404, 404, 404, 404]),

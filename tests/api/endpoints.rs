@@ -210,6 +210,20 @@ impl TestApp {
             .await
     }
 
+    pub async fn put_push_target(&self, user: &str, device_id: &str, body: Value) -> TestResponse {
+        let path = format!("/v1/me/devices/{device_id}/push-target");
+        let template = "/v1/me/devices/{device_id}/push-target";
+        self.call(Method::PUT, template, &path, Some(user), Some(body))
+            .await
+    }
+
+    pub async fn delete_push_target(&self, user: &str, device_id: &str) -> TestResponse {
+        let path = format!("/v1/me/devices/{device_id}/push-target");
+        let template = "/v1/me/devices/{device_id}/push-target";
+        self.call(Method::DELETE, template, &path, Some(user), None)
+            .await
+    }
+
     /// Pulls the whole offline backlog of a group page by page, acking each page, and returns
     /// the message ids received in order.
     pub async fn pull_and_ack_all(&self, user: &str, group_id: i64) -> Vec<i64> {

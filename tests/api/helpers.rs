@@ -40,6 +40,22 @@ macro_rules! on_both_engines {
             }
         }
     )* };
+    // Scenarios that start their own server (say, beside a push receiver):
+    // `async fn <scenario>(engine: Engine)`.
+    (by engine: $($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            use $crate::support::engine::Engine;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$scenario(Engine::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not(chorus_pg_tests), ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL")]
+            async fn postgres() {
+                super::$scenario(Engine::Postgres).await
+            }
+        }
+    )* };
     ($($scenario:ident),* $(,)?) => { $(
         mod $scenario {
             use $crate::support::engine::Engine;
@@ -123,9 +139,17 @@ pub struct SecondInstance {
 
 impl TestApp {
     pub async fn second_instance(&self) -> SecondInstance {
-        let server = InProcessServer::start(&self.database_url, server::test_sizing)
-            .await
-            .unwrap_or_else(|e| panic!("build second instance: {e}"));
+        self.second_instance_with(|_| {}).await
+    }
+
+    /// A second instance with the test sizing and then `adjust` applied.
+    pub async fn second_instance_with(&self, adjust: impl FnOnce(&mut Settings)) -> SecondInstance {
+        let server = InProcessServer::start(&self.database_url, |settings| {
+            server::test_sizing(settings);
+            adjust(settings);
+        })
+        .await
+        .unwrap_or_else(|e| panic!("build second instance: {e}"));
         SecondInstance { server }
     }
 

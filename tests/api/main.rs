@@ -26,6 +26,7 @@ mod migrations;
 mod offline_pull;
 mod operations;
 mod param_errors;
+mod push;
 mod receipts;
 mod spec_drift;
 mod startup_errors;

@@ -48,6 +48,23 @@ pub fn check_against_spec(method: &str, template: &str, status: u16, body: &Valu
     );
 }
 
+/// Fails the test when `value` does not match the schema `#/components/schemas/<name>`.
+pub fn check_against_schema(name: &str, value: &Value) {
+    let schema = &spec()["components"]["schemas"][name];
+    assert!(schema.is_object(), "openapi.yaml has no schema {name}");
+    let mut root = schema.as_object().cloned().unwrap_or_default();
+    root.insert("components".into(), spec()["components"].clone());
+    let validator = jsonschema::draft202012::new(&Value::Object(root)).expect("schema compiles");
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "does not match {name} of openapi.yaml: {errors:?}\nvalue: {value}"
+    );
+}
+
 /// Follows a `$ref` to `#/components/...` once.
 fn resolve(value: &Value) -> &Value {
     match value.get("$ref").and_then(Value::as_str) {

@@ -76,14 +76,50 @@ fn refuses_new_files(dir: &Path) -> bool {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_push_url_or_secret_is_named_in_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let long = "push-secret-push-secret-push-secret-0123";
+    let cases = [
+        ("https://push.example/notify", long, "CHORUS_PUSH_URL"),
+        ("push.example", long, "CHORUS_PUSH_URL"),
+        (
+            "http://127.0.0.1:9/notify",
+            "too-short",
+            "CHORUS_PUSH_SECRET",
+        ),
+    ];
+    for (i, (url, secret, setting)) in cases.into_iter().enumerate() {
+        let env = [
+            ("RUST_BACKTRACE", "1"),
+            ("CHORUS_PUSH_URL", url),
+            ("CHORUS_PUSH_SECRET", secret),
+        ];
+        let data_dir = tmp.path().join(format!("data-{i}"));
+
+        let line = start_up_failure_with(&data_dir, tmp.path(), &env).await;
+
+        assert!(
+            line.contains(setting),
+            "{url}, {secret}: names {setting}: {line}"
+        );
+        assert!(!line.contains(long), "the secret is not logged: {line}");
+    }
+}
+
 /// Starts the binary on `data_dir` (with its embedded SQLite database), expects it to exit
 /// during start-up, and returns the one line of its log that is not INFO.
 async fn start_up_failure(data_dir: &Path, log_dir: &Path) -> String {
+    start_up_failure_with(data_dir, log_dir, &[("RUST_BACKTRACE", "1")]).await
+}
+
+/// [`start_up_failure`] with these settings.
+async fn start_up_failure_with(data_dir: &Path, log_dir: &Path, env: &[(&str, &str)]) -> String {
     let config = ChildConfig {
         binary: test_binary(),
         data_dir,
         database_url: None,
-        env: &[("RUST_BACKTRACE", "1")],
+        env,
     };
     let mut server =
         ChildServer::spawn(&config, log_dir.join("server.log")).expect("run the binary");

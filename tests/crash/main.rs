@@ -10,6 +10,10 @@
 //!   `_with_outside_writer` variant adds a second process holding a write transaction on the
 //!   same file for 1 s.
 //!
+//! - `push_restart::due_and_in_flight_notifications_survive_sigkill`: SIGKILL the server while
+//!   a device is due a notification, and again while one is being delivered; after each
+//!   restart the notification goes out (the second with the key of the killed attempt).
+//!
 //! Settings: `CHORUS_TEST_DATABASE_URL` (PostgreSQL admin URL; the PostgreSQL variant is ignored
 //! unless it was set at build time), `CHORUS_CRASH_KILLS` (kills per engine, at least 10),
 //! `CHORUS_CRASH_SEED` (replays the timings of an earlier run), `CHORUS_RELIABILITY_LOG` (a file
@@ -19,6 +23,7 @@
 mod support;
 
 mod contention;
+mod push_restart;
 mod server;
 mod sigkill;
 

@@ -14,11 +14,24 @@ pub async fn start_server(
     log_name: &str,
     client: &reqwest::Client,
 ) -> ChildServer {
+    start_server_with(dir, database_url, log_name, client, &[]).await
+}
+
+/// [`start_server`] with more settings.
+pub async fn start_server_with(
+    dir: &Path,
+    database_url: &str,
+    log_name: &str,
+    client: &reqwest::Client,
+    more: &[(&str, &str)],
+) -> ChildServer {
+    let mut env = vec![("CHORUS_LOG", "warn"), ("CHORUS_SQLITE_SYNC", "full")];
+    env.extend_from_slice(more);
     let config = ChildConfig {
         binary: test_binary(),
         data_dir: dir,
         database_url: Some(database_url),
-        env: &[("CHORUS_LOG", "warn"), ("CHORUS_SQLITE_SYNC", "full")],
+        env: &env,
     };
     let mut server =
         ChildServer::spawn(&config, dir.join(log_name)).unwrap_or_else(|e| panic!("{e}"));

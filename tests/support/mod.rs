@@ -14,6 +14,7 @@ pub mod engine;
 pub mod http;
 pub mod machine;
 pub mod ports;
+pub mod push_receiver;
 pub mod scratch_db;
 pub mod scratch_pg;
 pub mod server;

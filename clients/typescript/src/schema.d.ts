@@ -451,6 +451,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/me/devices/{device_id}/push-target": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description One of the caller's signed-in devices.
+                 * @example bob-phone
+                 */
+                device_id: components["schemas"]["DeviceId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Register the calling device's push target
+         * @description Registers (or replaces) the token with which the operator's push service wakes this
+         *     device, and its platform. Both are opaque to Chorus and handed to the push service in
+         *     every notification (see *Waking phones*). A device has at most one push target; a new
+         *     one replaces the old, and what the device was already told is kept, so a new token
+         *     does not repeat old notifications.
+         *
+         *     Only the device itself registers its target: the token must name `device_id` (its
+         *     `device_id` claim). A token without a `device_id` claim speaks for the default
+         *     device, which has no installation to wake: 409 (`device_required`). A token naming
+         *     another of the caller's devices: 403. 404 when the caller has no signed-in device of
+         *     that id (a device is recorded by its first request). Signing the device out
+         *     (`DELETE /v1/me/devices/{device_id}`) removes its target.
+         */
+        put: operations["putPushTarget"];
+        post?: never;
+        /**
+         * Remove a device's push target
+         * @description The device is not woken any more; a notification still being delivered to it is
+         *     dropped. Any of the caller's tokens may remove any of their devices' targets (a
+         *     laptop may silence a lost phone). 204 also when the device had no target; 404 when
+         *     the caller has no signed-in device of that id.
+         */
+        delete: operations["deletePushTarget"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sync": {
         parameters: {
             query?: never;
@@ -735,7 +779,32 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    pushNotification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A notification Chorus sends to the push service
+         * @description Not a route of Chorus: the request Chorus makes to `CHORUS_PUSH_URL` when a device is
+         *     due a notification (see *Waking phones*). Answer 2xx once you have taken it. 408,
+         *     429, 5xx, a timeout (`CHORUS_PUSH_TIMEOUT_MS`) or no connection make Chorus try again
+         *     with backoff (from 0.5 s, doubling up to `CHORUS_PUSH_BACKOFF_MAX_MS`) for up to
+         *     `CHORUS_PUSH_RETRY_FOR_SECS`; any other status drops the notification.
+         */
+        post: operations["pushNotification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         /**
@@ -783,7 +852,7 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "device_required" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
@@ -1222,6 +1291,105 @@ export interface components {
         DevicesPage: {
             /** @description The caller's signed-in devices, oldest first (the default device is not listed). */
             devices: components["schemas"]["Device"][];
+        };
+        PushTargetRequest: {
+            /**
+             * @description What kind of token this is, as the push service names it (`apns`, `fcm`,
+             *     `webpush`, …); handed on as is.
+             * @example apns
+             */
+            platform: string;
+            /**
+             * @description The token the push service wakes this installation with (from APNs, FCM, a web
+             *     push subscription…): 1-4096 bytes of text without control characters, opaque to
+             *     Chorus.
+             * @example 740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad
+             */
+            token: string;
+        };
+        /** @description A device's registered push target (the token is never shown again). */
+        PushTarget: {
+            device_id: components["schemas"]["DeviceId"];
+            /** @example apns */
+            platform: string;
+            registered_at: components["schemas"]["Timestamp"];
+        };
+        /**
+         * @description The body Chorus POSTs to `CHORUS_PUSH_URL` to wake one device (see *Waking phones*).
+         *     Sent with `Content-Type: application/json`, `Idempotency-Key: <notification_id>` and
+         *     `X-Chorus-Signature: sha256=<hex>`, the HMAC-SHA256 of the exact body bytes with
+         *     `CHORUS_PUSH_SECRET` as the key. Every attempt at one notification carries the same
+         *     key and the same bytes: drop a key you have already handled.
+         * @example {
+         *       "notification_id": "bob-phone:1714554006000123:3",
+         *       "kind": "new_messages",
+         *       "created_at": "2024-05-01T09:00:10.000123Z",
+         *       "user_id": "bob",
+         *       "device_id": "bob-phone",
+         *       "platform": "apns",
+         *       "token": "740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad",
+         *       "badge": 4,
+         *       "groups": [
+         *         {
+         *           "group_id": 1,
+         *           "unread_count": 3,
+         *           "last_msg_id": 12,
+         *           "new_messages": true
+         *         },
+         *         {
+         *           "group_id": 2,
+         *           "unread_count": 1,
+         *           "last_msg_id": 7,
+         *           "new_messages": true
+         *         }
+         *       ]
+         *     }
+         */
+        PushNotification: {
+            /**
+             * @description The idempotency key, never used for another notification:
+             *     `<device_id>:<when its push target was registered, in µs>:<n>`, where `n` counts
+             *     the target's notifications. Also in the `Idempotency-Key` header.
+             * @example bob-phone:1714554006000123:3
+             */
+            notification_id: string;
+            /**
+             * @description `new_messages`: at least one group has messages from others that the device has
+             *     not received (show an alert). `badge_update`: only unread counts went down, say
+             *     the user read on another device (update the badge silently).
+             * @enum {string}
+             */
+            kind: "new_messages" | "badge_update";
+            /** @description When the notification was built (retries keep it). */
+            created_at: components["schemas"]["Timestamp"];
+            user_id: components["schemas"]["UserId"];
+            device_id: components["schemas"]["DeviceId"];
+            /** @description The device's push target platform, as registered. */
+            platform: string;
+            /** @description The device's push token, as registered. */
+            token: string;
+            /** @description The user's unread messages over all their groups (`total_unread`). */
+            badge: number;
+            /** @description The groups this notification is about, by group id. */
+            groups: components["schemas"]["PushNotificationGroup"][];
+        };
+        PushNotificationGroup: {
+            group_id: components["schemas"]["GroupIdValue"];
+            /** @description The user's unread count in the group, as the chat list has it. */
+            unread_count: number;
+            /** @description The group's last entry when the notification was built. */
+            last_msg_id: number;
+            /** @description False when the group is listed only because its unread count went down. */
+            new_messages: boolean;
+            /**
+             * @description Only with `CHORUS_PUSH_CONTENT=true` (off by default, for privacy), for groups
+             *     with new messages: the group's last message from someone else.
+             */
+            last_message?: {
+                sender_id: components["schemas"]["UserId"];
+                /** @description The first 100 characters of the message. */
+                text: string;
+            };
         };
         /**
          * @description Receipt counts of one message over its audience (the members who joined before it
@@ -1667,6 +1835,15 @@ export interface components {
         };
         /** @description The request body is not sent as `Content-Type: application/json`. */
         UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The caller has no signed-in device of that id. */
+        NoSuchDevice: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2421,6 +2598,117 @@ export interface operations {
             507: components["responses"]["StorageFull"];
         };
     };
+    putPushTarget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description One of the caller's signed-in devices.
+                 * @example bob-phone
+                 */
+                device_id: components["schemas"]["DeviceId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushTargetRequest"];
+            };
+        };
+        responses: {
+            /** @description The device's push target is registered (the token is not repeated). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PushTarget"];
+                };
+            };
+            /**
+             * @description The body is not a JSON object (`invalid_json`), or a field is missing, not a
+             *     string or breaks its rule (`validation_failed`, naming the field): `platform` is
+             *     1-32 characters from `a-z 0-9 . _ -`, `token` 1-4096 bytes of text without
+             *     control characters.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description The token names another of the caller's devices (a device registers its own
+             *     target), or a device of another user.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            404: components["responses"]["NoSuchDevice"];
+            /** @description The token names no device (it speaks for the default device). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
+        };
+    };
+    deletePushTarget: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description One of the caller's signed-in devices.
+                 * @example bob-phone
+                 */
+                device_id: components["schemas"]["DeviceId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The device has no push target now. No body. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The device id breaks its rule (1-64 characters from `A-Z a-z 0-9 . _ : -`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NoSuchDevice"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            507: components["responses"]["StorageFull"];
+        };
+    };
     pollSync: {
         parameters: {
             query?: {
@@ -2725,6 +3013,39 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Error"];
                 };
+            };
+        };
+    };
+    pushNotification: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description The notification's `notification_id`; the same on every attempt.
+                 * @example bob-phone:1714554006000123:3
+                 */
+                "Idempotency-Key": string;
+                /**
+                 * @description `sha256=` and the lowercase hex HMAC-SHA256 of the body, keyed with `CHORUS_PUSH_SECRET`.
+                 * @example sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843
+                 */
+                "X-Chorus-Signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PushNotification"];
+            };
+        };
+        responses: {
+            /** @description Taken (any 2xx). Chorus does not read the body. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

@@ -1,0 +1,2 @@
+DROP TABLE push_group_state;
+DROP TABLE push_targets;
