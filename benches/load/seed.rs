@@ -55,6 +55,27 @@ fn seed_message(
     )
 }
 
+/// Runs one seeding transaction, again while SQLite says the database is locked: the server
+/// under test may be writing beside the seeder (its push job does), and a transaction that
+/// read before another writer committed cannot write and must start over.
+fn seed_transaction<F>(conn: &mut AnyConnection, mut f: F) -> diesel::QueryResult<()>
+where
+    F: FnMut(&mut AnyConnection) -> diesel::QueryResult<()>,
+{
+    let mut tries = 0;
+    loop {
+        match conn.transaction(&mut f) {
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("locked") && tries < 200 =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// `prefix-0` … `prefix-(n-1)`.
 pub fn users(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
@@ -65,7 +86,7 @@ pub fn users(prefix: &str, n: usize) -> Vec<String> {
 pub fn seed_messages(conn: &mut AnyConnection, group_id: i64, sender: &str, count: usize) {
     for start in (0..count).step_by(SEED_BATCH) {
         let end = (start + SEED_BATCH).min(count);
-        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+        seed_transaction(conn, |conn| {
             for i in start..end {
                 let client_msg_id = format!("seed-{group_id}-{i}");
                 let outcome = seed_message(conn, group_id, sender, &client_msg_id)?;
@@ -93,7 +114,7 @@ pub fn seed_edits(conn: &mut AnyConnection, group_id: i64, sender: &str, count: 
     };
     for start in (1..=count).step_by(SEED_BATCH) {
         let end = (start + SEED_BATCH).min(count + 1);
-        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+        seed_transaction(conn, |conn| {
             for target in start..end {
                 let entry = UserEntry::Change {
                     change: Change::Edit {
@@ -149,7 +170,7 @@ pub fn seed_push_targets(conn: &mut AnyConnection, users: &[String]) {
     use chorus::db::push_targets::{register_push_target, Caller};
     use chorus::domain::{DeviceId, PushPlatform, PushToken};
     let platform = PushPlatform::parse("apns").expect("platform");
-    conn.transaction::<_, diesel::result::Error, _>(|conn| {
+    seed_transaction(conn, |conn| {
         for user in users {
             let device = DeviceId::parse("device", &format!("{user}-phone")).expect("device id");
             touch_device(conn, &device, user, 0)?;
