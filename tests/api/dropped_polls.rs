@@ -86,19 +86,9 @@ async fn poll_now(app: &TestApp, feed: &str, cursor: &str) -> crate::helpers::Te
 
 /// The `chorus_longpolls_waiting` gauge.
 async fn waiting(app: &TestApp) -> i64 {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.address))
-        .send()
+    app.metric("chorus_longpolls_waiting")
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
-        .find_map(|l| l.strip_prefix("chorus_longpolls_waiting "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("the waiting gauge is exported")
+        .expect("the waiting gauge is exported") as i64
 }
 
 /// Whether the gauge reads `expected` before `within` passes.

@@ -242,3 +242,20 @@ impl TestApp {
         .expect("database check")
     }
 }
+
+impl TestApp {
+    /// The value of the unlabelled series `name` on /metrics, when it is exported.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.address))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+}

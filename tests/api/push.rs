@@ -247,19 +247,7 @@ async fn a_failing_then_hanging_push_service_gets_the_notification_once_it_recov
 async fn metric_once(app: &TestApp, name: &str, done: impl Fn(f64) -> bool) -> f64 {
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let text = app
-            .client
-            .get(format!("{}/metrics", app.address))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text");
-        let value = text
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let value = app.metric(name).await.unwrap_or(0.0);
         if done(value) || Instant::now() >= deadline {
             return value;
         }
