@@ -548,8 +548,11 @@ async function createGroup(name, memberIds) {
     });
     $('new-group').reset();
     kickPolls();
-    await showGroup(g.group_id);
+    const shown = showGroup(g.group_id); // the chat is on screen before the history loads
+    // Focus moves now, not once the history has loaded: by then the user may be typing
+    // elsewhere (the next group's name), and a late focus() would send their keys here.
     $('composer-input').focus();
+    await shown;
   } catch (e) {
     if (e.status !== 401) showError(error, e.message);
   }

@@ -105,6 +105,9 @@ test('receipts, replies and the chat list show up live in the other browser', { 
       await alice.getByTestId('new-group-members').fill('bob');
       await alice.getByTestId('new-group-submit').click();
       await alice.getByTestId('chat-title').filter({ hasText: name }).waitFor();
+      // The composer has the focus as soon as the chat shows, not once its history loaded
+      // (typing the next group's name at once must not end up in the composer).
+      assert.equal(await alice.evaluate(() => document.activeElement?.dataset.testid), 'composer-input');
     }
     await eventually(async () => assert.deepEqual(await groupNames(bob), [NEWER, OLDER, GROUP_NAME]));
     assert.deepEqual(await groupNames(alice), [NEWER, OLDER, GROUP_NAME]);
