@@ -67,6 +67,7 @@ pub mod defaults {
     pub const SQLITE_SYNC: SqliteSync = SqliteSync::Full;
     /// None: the SQLite database may grow until the disk is full.
     pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
+    pub const SQLITE_WRITE_BATCH: u64 = 64;
     pub const KEEP_ALIVE_SECS: u64 = 75;
     /// 0: one HTTP worker per core.
     pub const WORKERS: usize = 0;
@@ -143,6 +144,13 @@ pub struct Settings {
     /// space are refused with 507 as on a full disk. Unset: no cap.
     #[arg(long, env = "CHORUS_SQLITE_MAX_SIZE_MB", global = true)]
     pub sqlite_max_size_mb: Option<u64>,
+
+    /// SQLite: the most writes one commit (one disk flush) may carry. Writes that arrive
+    /// while a commit flushes wait for the next one and share it; a lone write never waits.
+    /// 1 gives every write a commit of its own.
+    #[arg(long, env = "CHORUS_SQLITE_WRITE_BATCH", default_value_t = defaults::SQLITE_WRITE_BATCH,
+          value_parser = clap::value_parser!(u64).range(1..=4096), global = true)]
+    pub sqlite_write_batch: u64,
 
     /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
     /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
@@ -262,6 +270,7 @@ impl Settings {
             statement_timeout_ms: defaults::STATEMENT_TIMEOUT_MS,
             sqlite_sync: defaults::SQLITE_SYNC,
             sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
+            sqlite_write_batch: defaults::SQLITE_WRITE_BATCH,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,
             receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
@@ -311,6 +320,7 @@ impl Settings {
             sqlite_max_bytes: self
                 .sqlite_max_size_mb
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
+            sqlite_write_batch: self.sqlite_write_batch as usize,
         }
     }
 }

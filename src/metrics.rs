@@ -24,6 +24,17 @@ pub struct Metrics {
     waiting_polls: IntGauge,
     pool_in_use: IntGauge,
     pool_idle: IntGauge,
+    db_commits: IntCounter,
+    db_writes: IntCounter,
+}
+
+/// What `/metrics` reads from elsewhere at the moment it is rendered.
+pub struct Readings {
+    pub waiting_polls: usize,
+    /// Database connections (in use, idle).
+    pub pool: (u32, u32),
+    /// Write transactions committed, and the writes they carried.
+    pub commits: (u64, u64),
 }
 
 impl Metrics {
@@ -64,6 +75,16 @@ impl Metrics {
         registry.register(Box::new(waiting_polls.clone()))?;
         registry.register(Box::new(pool_in_use.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
+        let db_commits = IntCounter::new(
+            "db_commits_total",
+            "Write transactions committed (one disk flush each)",
+        )?;
+        let db_writes = IntCounter::new(
+            "db_writes_total",
+            "Writes committed; above db_commits_total when SQLite grouped several into one commit",
+        )?;
+        registry.register(Box::new(db_commits.clone()))?;
+        registry.register(Box::new(db_writes.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -74,20 +95,29 @@ impl Metrics {
             waiting_polls,
             pool_in_use,
             pool_idle,
+            db_commits,
+            db_writes,
         })
     }
 
     /// The text exposition, with the gauges read now.
-    pub fn render(&self, waiting_polls: usize, pool: (u32, u32)) -> String {
-        self.waiting_polls.set(waiting_polls as i64);
-        self.pool_in_use.set(i64::from(pool.0));
-        self.pool_idle.set(i64::from(pool.1));
+    pub fn render(&self, now: Readings) -> String {
+        self.waiting_polls.set(now.waiting_polls as i64);
+        self.pool_in_use.set(i64::from(now.pool.0));
+        self.pool_idle.set(i64::from(now.pool.1));
+        // The database layer keeps these totals; the counters catch up with them.
+        catch_up(&self.db_commits, now.commits.0);
+        catch_up(&self.db_writes, now.commits.1);
         let mut buffer = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         String::from_utf8_lossy(&buffer).into_owned()
     }
+}
+
+fn catch_up(counter: &IntCounter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
 }
 
 /// What the push job did (cheap to clone: the job holds its own copy).

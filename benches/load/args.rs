@@ -14,14 +14,20 @@ pub enum Scenario {
     ChatList,
     MessageKinds,
     Push,
+    GroupCommit,
 }
 
 impl Scenario {
-    /// `core` runs every scenario but the message-kinds and push ones, which seed tens of
-    /// thousands of rows of their own and answer narrower questions.
+    /// `core` runs every scenario but the message-kinds, push and group-commit ones, which
+    /// seed tens of thousands of rows or start servers of their own and answer narrower
+    /// questions.
     pub fn includes(self, part: Scenario) -> bool {
         self == part
-            || (self == Scenario::Core && !matches!(part, Scenario::MessageKinds | Scenario::Push))
+            || (self == Scenario::Core
+                && !matches!(
+                    part,
+                    Scenario::MessageKinds | Scenario::Push | Scenario::GroupCommit
+                ))
     }
 }
 
@@ -73,7 +79,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str =
-    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push] [--engine sqlite|postgres|both]";
+    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit] [--engine sqlite|postgres|both]";
 
 pub fn parse_args() -> Result<Args, String> {
     let mut scenario = Scenario::Core;
@@ -104,6 +110,7 @@ pub fn parse_args() -> Result<Args, String> {
             "chat-list" => scenario = Scenario::ChatList,
             "message-kinds" => scenario = Scenario::MessageKinds,
             "push" => scenario = Scenario::Push,
+            "group-commit" => scenario = Scenario::GroupCommit,
             "-h" | "--help" => return Err("Chorus load benchmark".into()),
             other => return Err(format!("unknown argument {other:?}")),
         }

@@ -1,7 +1,7 @@
 //! Load benchmark: the real Chorus server, in process on 127.0.0.1 port 0, driven over HTTP.
 //!
 //! ```sh
-//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push] [--engine sqlite|postgres|both]
+//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit] [--engine sqlite|postgres|both]
 //! ```
 //!
 //! Each engine gets a fresh database (a temporary SQLite file, or a PostgreSQL database
@@ -13,10 +13,11 @@
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.
 //!
-//! One module per scenario (sends, pulls, acks, storage, chat_list, message_kinds, push); what
-//! they share: the command line (args), the server under test (server), seeding through the
-//! db layer (seed), the load runner (runner), request outcomes (requests), the report
-//! (report) and what it ran on (environment), besides the harness in tests/support.
+//! One module per scenario (sends, pulls, acks, storage, chat_list, message_kinds, push,
+//! group_commit); what they share: the command line (args), the server under test (server),
+//! seeding through the db layer (seed), the load runner (runner), request outcomes
+//! (requests), the report (report) and what it ran on (environment), besides the harness in
+//! tests/support.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -25,6 +26,7 @@ mod acks;
 mod args;
 mod chat_list;
 mod environment;
+mod group_commit;
 mod message_kinds;
 mod pulls;
 mod push;
@@ -104,6 +106,10 @@ async fn bench_engine(setup: EngineSetup, scenario: Scenario) -> Result<EngineRe
     if scenario.includes(Scenario::Push) {
         // A server of its own: push on, beside a receiver.
         push::bench(setup, &mut report).await;
+    }
+    if scenario.includes(Scenario::GroupCommit) {
+        // Servers of its own: one per write-batch setting.
+        group_commit::bench(setup, &mut report).await;
     }
     Ok(report)
 }

@@ -54,6 +54,11 @@ impl BenchServer {
         std::sync::Arc::new(self.mint.tokens(users))
     }
 
+    /// The server's database settings, for a pool of the bench's own on the same database.
+    pub fn db_settings(&self) -> &chorus::db::DbSettings {
+        self.server.db_settings()
+    }
+
     /// A connection of the bench's own, for seeding and counting rows.
     pub fn direct_connection(&self) -> AnyConnection {
         self.server.direct_connection()

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::AppState;
 use crate::db;
+use crate::metrics::Readings;
 
 /// The OpenAPI document, compiled into the binary so the served spec is the tested one.
 pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
@@ -18,9 +19,11 @@ pub async fn openapi_spec() -> HttpResponse {
 
 /// Prometheus metrics in the text exposition format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let body = state
-        .metrics
-        .render(state.notifier.waiting(), state.db.pool_state());
+    let body = state.metrics.render(Readings {
+        waiting_polls: state.notifier.waiting(),
+        pool: state.db.pool_state(),
+        commits: state.db.commit_counts(),
+    });
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(body)

@@ -159,6 +159,8 @@ pub struct DbSettings {
     pub sqlite_sync: SqliteSync,
     /// SQLite: the largest the database may grow; None for no cap.
     pub sqlite_max_bytes: Option<u64>,
+    /// SQLite: the most writes one commit takes (group commit; 1 commits each on its own).
+    pub sqlite_write_batch: usize,
     pub statement_timeout: Duration,
 }
 

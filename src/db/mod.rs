@@ -33,6 +33,7 @@ pub mod receipts;
 mod storage;
 pub mod system_lines;
 pub mod unread;
+mod write_lane;
 
 pub use connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,

@@ -10,19 +10,24 @@ use super::announce;
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
 use super::storage::StorageAlarm;
+use super::write_lane::{CommitCounters, WriteLane};
 use crate::notify::Notifier;
 use crate::wake::Wakes;
 
 pub type Pool = r2d2::Pool<ConnectionManager>;
 
-/// The pools. On SQLite all writes go through one connection (a writer lane): several writer
-/// connections starve each other into "database is locked", one is both faster and safe.
-/// On PostgreSQL readers and writers share one pool.
+/// The pools. On SQLite all writes go through one connection, owned by the writer lane
+/// ([`WriteLane`], group commit): several writer connections starve each other into
+/// "database is locked", one is both faster and safe. On PostgreSQL readers and writers share
+/// one pool, and each write is a transaction of its own.
 #[derive(Clone)]
 pub struct Db {
     engine: Engine,
     writer: Pool,
     reader: Pool,
+    /// SQLite only.
+    lane: Option<WriteLane>,
+    commits: Arc<CommitCounters>,
     /// Who hears of committed writes in this process; None for tools that serve no polls.
     notifier: Option<Arc<Notifier>>,
     /// Says in the log when writes start and stop being refused for lack of space.
@@ -43,20 +48,33 @@ impl Db {
                 .connection_timeout(settings.pool_timeout)
                 .build(ConnectionManager::new(settings))
         };
+        let commits = Arc::new(CommitCounters::default());
         let db = match engine {
-            Engine::Sqlite => Db {
-                engine,
-                writer: build(1)?,
-                reader: build(settings.pool_size.max(1))?,
-                notifier: None,
-                storage: Arc::default(),
-            },
+            Engine::Sqlite => {
+                let writer = build(1)?;
+                let lane =
+                    WriteLane::start(writer.clone(), settings.sqlite_write_batch, commits.clone())
+                        .map_err(|e| {
+                            DbError::Unavailable(format!("cannot start the writer: {e}"))
+                        })?;
+                Db {
+                    engine,
+                    writer,
+                    reader: build(settings.pool_size.max(1))?,
+                    lane: Some(lane),
+                    commits,
+                    notifier: None,
+                    storage: Arc::default(),
+                }
+            }
             Engine::Postgres => {
                 let pool = build(settings.pool_size.max(2))?;
                 Db {
                     engine,
                     writer: pool.clone(),
                     reader: pool,
+                    lane: None,
+                    commits,
                     notifier: None,
                     storage: Arc::default(),
                 }
@@ -90,8 +108,10 @@ impl Db {
         result
     }
 
-    /// Runs `f` as one transaction on the writer connection (SQLite) or a pooled one
-    /// (PostgreSQL). The wake-ups `f` records are announced to other instances inside that
+    /// Runs `f` as one transaction on a pooled connection (PostgreSQL), or inside the writer
+    /// lane's next batch (SQLite: one transaction for every write waiting, `f` in a savepoint
+    /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit. The
+    /// wake-ups `f` records are announced to other instances inside that
     /// transaction and wake this process's waiters after it commits; a write that fails wakes
     /// no one. Writes that may be refused use [`Db::write_checked`].
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
@@ -120,18 +140,30 @@ impl Db {
             .notifier
             .as_ref()
             .map_or(TOOL_INSTANCE.to_owned(), |n| n.instance_id().to_owned());
-        let outcome = run_blocking(self.writer.clone(), move |conn| {
+        let work = move |conn: &mut AnyConnection| {
             let mut wakes = Wakes::default();
-            let outcome = in_transaction(conn, |c| match f(c, &mut wakes)? {
-                Ok(value) => {
-                    announce::announce(c, &instance, &wakes)?;
-                    Ok(Ok(value))
-                }
-                Err(refusal) => Ok(Err(refusal)),
-            })?;
-            Ok(outcome.map(|value| (value, wakes)))
-        })
-        .await
+            Ok(f(conn, &mut wakes)?.map(|value| (value, wakes)))
+        };
+        let outcome = match &self.lane {
+            Some(lane) => lane.submit(work).await,
+            None => {
+                let commits = self.commits.clone();
+                run_blocking(self.writer.clone(), move |conn| {
+                    let outcome = in_transaction(conn, |c| {
+                        let outcome = work(c)?;
+                        if let Ok((_, wakes)) = &outcome {
+                            announce::announce(c, &instance, wakes)?;
+                        }
+                        Ok(outcome)
+                    })?;
+                    if outcome.is_ok() {
+                        commits.committed(1);
+                    }
+                    Ok(outcome)
+                })
+                .await
+            }
+        }
         .inspect_err(|e| self.storage.failed(e))?;
         if outcome.is_ok() {
             self.storage.wrote();
@@ -144,6 +176,12 @@ impl Db {
             }
             value
         }))
+    }
+
+    /// Write transactions committed, and the writes they carried (more than one each when
+    /// SQLite's writer lane grouped them).
+    pub fn commit_counts(&self) -> (u64, u64) {
+        self.commits.read()
     }
 
     /// Connections checked out and connections idle, summed over the pools.
@@ -173,21 +211,15 @@ where
     .map_err(|_| DbError::Task)?
 }
 
-/// Runs `f` in one transaction, committed when it returns `Ok(Ok(_))` and rolled back
-/// otherwise. SQLite begins with `BEGIN IMMEDIATE`, so the write lock is taken (waiting up to
-/// the busy timeout) before the first read; a transaction inside `f` becomes a savepoint.
+/// Runs `f` in one transaction (PostgreSQL's writes), committed when it returns `Ok(Ok(_))`
+/// and rolled back otherwise.
 fn in_transaction<T, R, F>(conn: &mut AnyConnection, f: F) -> QueryResult<Result<T, R>>
 where
     F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>>,
 {
-    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    use diesel::connection::TransactionManager;
     type Manager = <AnyConnection as Connection>::TransactionManager;
-    match conn {
-        AnyConnection::Sqlite(c) => {
-            AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?
-        }
-        AnyConnection::Postgresql(_) => Manager::begin_transaction(conn)?,
-    }
+    Manager::begin_transaction(conn)?;
     match f(conn) {
         Ok(Ok(value)) => {
             Manager::commit_transaction(conn)?;

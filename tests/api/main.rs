@@ -17,6 +17,7 @@ mod chat_list;
 mod delivery;
 mod devices;
 mod dropped_polls;
+mod group_commit;
 mod groups;
 mod lifecycle;
 mod longpoll;

@@ -61,6 +61,11 @@ impl InProcessServer {
         })
     }
 
+    /// The database settings the server runs with (a bench may open its own pool alike).
+    pub fn db_settings(&self) -> &DbSettings {
+        &self.db_settings
+    }
+
     /// A database connection of the caller's own, beside the server's pool.
     pub fn direct_connection(&self) -> AnyConnection {
         db::connect_once(&self.db_settings).expect("open a direct database connection")

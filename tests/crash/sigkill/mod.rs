@@ -3,6 +3,7 @@
 //! contiguous, that no cursor moved backwards, and that every send whose response was lost
 //! ends up stored exactly once after a retry.
 
+mod commits;
 mod member;
 mod report;
 mod sender_lane;
@@ -19,6 +20,7 @@ use crate::support::child_server::ChildServer;
 use crate::support::client::ApiClient;
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
+use commits::{CommitSampler, Commits};
 use report::{RunFacts, Tally};
 use traffic::Traffic;
 use verdict::Verdict;
@@ -95,15 +97,18 @@ async fn sigkill_during_traffic(engine: Engine) {
     let (mut server, mut api) = run.start(&Run::log_name(0)).await;
     let mut traffic = Traffic::create(&api).await;
     let mut windows_ms = Vec::new();
+    let mut killed_commits = Commits::default();
     for phase in 0..run.kills {
         if phase > 0 {
             (server, api) = run.start(&Run::log_name(phase)).await;
         }
         let window = rng.random_range(200..=1500u64);
         windows_ms.push(window);
+        let sampler = CommitSampler::start(&api);
         let kill = || server.kill();
         (traffic.run_until_killed(&api, run.seed, phase, Duration::from_millis(window), kill))
             .await;
+        killed_commits += sampler.finish();
         let log = server.log();
         assert!(
             !log.contains("panicked"),
@@ -125,6 +130,7 @@ async fn sigkill_during_traffic(engine: Engine) {
         kills: run.kills,
         windows_ms,
         seconds: started.elapsed().as_secs_f64(),
+        killed_commits,
     };
     report::print_summary(&facts, &tally, &verdict);
     report::append_to_reliability_log(&facts, &tally, &verdict);
@@ -160,6 +166,14 @@ fn assert_crash_safe(run: &Run, facts: &RunFacts, t: &Tally, verdict: &Verdict) 
         t.attempted > 0 && t.acks > 0 && t.pulls > 0,
         "the run did too little to mean anything"
     );
+    if facts.engine == Engine::Sqlite {
+        let c = facts.killed_commits;
+        assert!(
+            c.writes > c.commits,
+            "the killed servers never grouped writes into one commit ({c:?}): the kills did \
+             not hit a batch"
+        );
+    }
 }
 
 fn first<T: std::fmt::Debug>(items: &[T]) -> Vec<&T> {

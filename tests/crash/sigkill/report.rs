@@ -62,6 +62,8 @@ pub struct RunFacts {
     pub kills: usize,
     pub windows_ms: Vec<u64>,
     pub seconds: f64,
+    /// What the killed servers last reported of their commits (see `commits`).
+    pub killed_commits: super::commits::Commits,
 }
 
 fn verdict_word(verdict: &Verdict) -> &'static str {
@@ -108,6 +110,13 @@ pub fn print_summary(run: &RunFacts, t: &Tally, verdict: &Verdict) {
         secs = run.seconds,
     );
     println!("kill windows (ms): {:?}", run.windows_ms);
+    let c = run.killed_commits;
+    println!(
+        "killed servers committed {} writes in {} commits ({:.2} writes per commit)",
+        c.writes,
+        c.commits,
+        c.writes as f64 / c.commits.max(1) as f64
+    );
 }
 
 /// Appends the run as one JSON line to the file CHORUS_RELIABILITY_LOG names, if it is set.
@@ -122,6 +131,8 @@ pub fn append_to_reliability_log(run: &RunFacts, t: &Tally, verdict: &Verdict) {
         "kills": run.kills,
         "restarts": run.kills,
         "kill_windows_ms": run.windows_ms,
+        "killed_servers_commits": run.killed_commits.commits,
+        "killed_servers_writes": run.killed_commits.writes,
         "sends_attempted": t.attempted,
         "sends_acknowledged": t.acknowledged,
         "sends_acknowledged_first_try": t.first_try,

@@ -1,0 +1,233 @@
+//! Group commit: sends against the stack's own ceiling, with one commit per write and with
+//! SQLite's writer lane grouping the writes that queue during a flush, in one run.
+//!
+//! The ceiling is a trivial-insert endpoint on the same stack (actix-web with the server's
+//! HTTP settings, the same `Db` and its write path, the same engine and durability), served
+//! by the bench itself: it is not part of the API. Each variant gets a fresh server and a
+//! ceiling server on the server's database; the variants alternate, twice, so a drift of the
+//! machine's load shows up as a difference between rounds rather than between variants.
+//! CPU per request is the whole bench process's (clients and server share it), read from
+//! `/proc/self/stat`.
+
+use std::time::Duration;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use chorus::db::{AnyConnection, Db};
+use diesel::prelude::*;
+use serde_json::json;
+
+use crate::args::EngineSetup;
+use crate::report::EngineReport;
+use crate::requests::expect_empty;
+use crate::runner::{run_load, Measured};
+use crate::seed::{seed_group, users};
+use crate::server::BenchServer;
+use crate::support::engine::Engine;
+use crate::support::http::Http;
+use crate::{CONCURRENCY, CONTENT, REQUEST_TIMEOUT};
+
+const REQUESTS_PER_RUN: usize = 3000;
+const ROUNDS: usize = 2;
+const GROUP_MEMBERS: usize = 50;
+
+/// The write-batch settings compared: one commit per write, and the default.
+fn variants(setup: EngineSetup) -> Vec<(u64, &'static str)> {
+    match setup.engine() {
+        Engine::Sqlite => vec![
+            (1, "one commit per write"),
+            (chorus::config::defaults::SQLITE_WRITE_BATCH, "group commit"),
+        ],
+        Engine::Postgres => vec![(1, "one transaction per write")],
+    }
+}
+
+pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
+    for round in 1..=ROUNDS {
+        for (batch, name) in variants(setup) {
+            eprintln!("group commit: round {round}, {name}");
+            let adjust = move |s: &mut chorus::config::Settings| s.sqlite_write_batch = batch;
+            let server = match BenchServer::start_with(setup, adjust).await {
+                Ok(server) => server,
+                Err(e) => return report.notes.push(format!("group commit skipped: {e}")),
+            };
+            run_variant(&server, &format!("{name}, round {round}"), report).await;
+            server.stop().await;
+        }
+    }
+    report.notes.push(
+        "Group commit: the ceiling is a trivial insert (one row, one column) behind the same \
+         actix-web settings and the same database write path as the API, in this process. \
+         CPU is the whole bench process's (client and server) per request."
+            .into(),
+    );
+}
+
+async fn run_variant(server: &BenchServer, variant: &str, report: &mut EngineReport) {
+    let mut conn = server.direct_connection();
+    create_ceiling_table(&mut conn);
+    let ceiling = CeilingServer::start(server).await;
+    for c in CONCURRENCY {
+        let (floor, floor_cpu) = measure_cpu(run_ceiling(&ceiling.http, c)).await;
+        let members = users(&format!("gc{c}"), GROUP_MEMBERS);
+        let group = seed_group(&mut conn, "group commit", &members);
+        let (sends, sends_cpu) = measure_cpu(run_sends(server, group, &members[..c])).await;
+        report.group_commit_rows(variant, c, (&floor, floor_cpu), (&sends, sends_cpu));
+    }
+    ceiling.stop().await;
+}
+
+async fn run_sends(server: &BenchServer, group: i64, senders: &[String]) -> Measured {
+    let tokens = server.tokens(senders);
+    let http = server.http.clone();
+    http.warm_up(senders.len()).await;
+    let path = format!("/v1/groups/{group}/messages");
+    run_load(senders.len(), REQUESTS_PER_RUN, move |k, i| {
+        let body = json!({"client_msg_id": format!("gc-{k}-{i}"), "content": CONTENT});
+        expect_empty(http.post(&path, &tokens[k], &body), 201)
+    })
+    .await
+}
+
+async fn run_ceiling(http: &Http, clients: usize) -> Measured {
+    let http = http.clone();
+    http.warm_up(clients).await;
+    run_load(clients, REQUESTS_PER_RUN, move |k, i| {
+        let body = json!({"client_msg_id": format!("c-{k}-{i}"), "content": CONTENT});
+        expect_empty(http.post("/ceiling", "", &body), 201)
+    })
+    .await
+}
+
+fn create_ceiling_table(conn: &mut AnyConnection) {
+    let sql = match conn {
+        AnyConnection::Sqlite(_) => {
+            "CREATE TABLE IF NOT EXISTS bench_ceiling (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"
+        }
+        AnyConnection::Postgresql(_) => {
+            "CREATE TABLE IF NOT EXISTS bench_ceiling (id BIGSERIAL PRIMARY KEY, note TEXT NOT NULL)"
+        }
+    };
+    diesel::sql_query(sql)
+        .execute(conn)
+        .expect("create the ceiling's table");
+}
+
+/// The trivial-insert endpoint, on the bench server's database and settings.
+struct CeilingServer {
+    http: Http,
+    handle: actix_web::dev::ServerHandle,
+}
+
+#[derive(serde::Deserialize)]
+struct Note {
+    content: String,
+}
+
+async fn insert(db: web::Data<Db>, note: web::Json<Note>) -> HttpResponse {
+    let content = note.into_inner().content;
+    let stored = db
+        .write(move |conn, _| {
+            diesel::sql_query("INSERT INTO bench_ceiling (note) VALUES ($1)")
+                .bind::<diesel::sql_types::Text, _>(content)
+                .execute(conn)
+        })
+        .await;
+    match stored {
+        Ok(_) => HttpResponse::Created().finish(),
+        Err(_) => HttpResponse::ServiceUnavailable().finish(),
+    }
+}
+
+impl CeilingServer {
+    async fn start(server: &BenchServer) -> CeilingServer {
+        let db = web::Data::new(Db::connect(server.db_settings()).expect("the ceiling's pool"));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let port = listener.local_addr().expect("its address").port();
+        // The server's HTTP settings (src/startup.rs), minus what a trivial route never needs.
+        let running = HttpServer::new(move || {
+            App::new()
+                .app_data(db.clone())
+                .route("/ceiling", web::post().to(insert))
+        })
+        .keep_alive(Duration::from_secs(
+            chorus::config::defaults::KEEP_ALIVE_SECS,
+        ))
+        .h1_allow_half_closed(false)
+        .disable_signals()
+        .listen(listener)
+        .expect("listen")
+        .run();
+        let handle = running.handle();
+        tokio::spawn(running);
+        CeilingServer {
+            http: Http::new(format!("http://127.0.0.1:{port}"), REQUEST_TIMEOUT),
+            handle,
+        }
+    }
+
+    async fn stop(self) {
+        self.handle.stop(true).await;
+    }
+}
+
+/// CPU seconds the whole process used (user + system), from `/proc/self/stat`.
+fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) close with ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; Linux
+    // counts them in USER_HZ, which is 100 on every Linux we run on.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The run's result and the CPU milliseconds per successful request it took.
+async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
+    let before = process_cpu_secs();
+    let m = run.await;
+    let cpu_ms = (process_cpu_secs() - before) * 1000.0 / m.ok.max(1) as f64;
+    (m, cpu_ms)
+}
+
+impl EngineReport {
+    fn group_commit_rows(
+        &mut self,
+        variant: &str,
+        c: usize,
+        (floor, floor_cpu): (&Measured, f64),
+        (sends, sends_cpu): (&Measured, f64),
+    ) {
+        let (floor_rate, send_rate) = (floor.rate(floor.ok), sends.rate(sends.ok));
+        self.row(
+            &format!("ceiling: trivial insert ({variant})"),
+            c,
+            floor,
+            REQUESTS_PER_RUN,
+            format!("{floor_rate:.0} req/s, {floor_cpu:.2} ms CPU each"),
+        );
+        self.row(
+            &format!("send, one group ({variant})"),
+            c,
+            sends,
+            REQUESTS_PER_RUN,
+            format!(
+                "{send_rate:.0} msgs/s = {:.2}× ceiling, {sends_cpu:.2} ms CPU each",
+                send_rate / floor_rate.max(1e-9)
+            ),
+        );
+        let ratio = send_rate / floor_rate.max(1e-9);
+        self.key_numbers.push((
+            format!("send/ceiling C={c} {variant}"),
+            format!("{ratio:.2}"),
+        ));
+    }
+}

@@ -1,0 +1,258 @@
+//! SQLite's writer lane with group commit: one thread owns the writer connection and commits
+//! every write waiting for it in one transaction, so one disk flush serves them all.
+//!
+//! Each write runs in a savepoint of its own inside the batch: a write that fails or refuses
+//! rolls back only itself, and the others commit. Every caller hears its outcome only after
+//! the batch's COMMIT returned, so a 2xx still means the data is durable. The lane never
+//! waits for more work: a lone write commits at once, and a batch forms only from the writes
+//! that queued while the previous commit was flushing (bounded by `max_batch`).
+//!
+//! If a savepoint cannot be rolled back (SQLite may abandon the whole transaction on a full
+//! disk or an I/O error), the batch is lost: every write in it, including those that had
+//! succeeded, answers with that error, and none of them is stored.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+use diesel::connection::TransactionManager;
+use diesel::prelude::*;
+use diesel::result::Error as DieselError;
+
+use super::connection::AnyConnection;
+use super::error::DbError;
+use super::pool::Pool;
+
+type Manager = <AnyConnection as Connection>::TransactionManager;
+
+/// A write waiting for the lane.
+trait Write: Send {
+    /// Runs the write in its savepoint and keeps the outcome until the batch's fate is known.
+    fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran;
+    /// Answers without running: the batch could not start or was lost before this write.
+    fn fail(self: Box<Self>, error: DbError);
+}
+
+type Reply<T, R> = tokio::sync::oneshot::Sender<Result<Result<T, R>, DbError>>;
+
+struct PendingWrite<F, T, R> {
+    write: F,
+    reply: Reply<T, R>,
+}
+
+impl<F, T, R> Write for PendingWrite<F, T, R>
+where
+    F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>> + Send + 'static,
+    T: Send + 'static,
+    R: Send + 'static,
+{
+    fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran {
+        let (outcome, lost_batch) = run_in_savepoint(conn, self.write);
+        let reply = self.reply;
+        Ran {
+            answer: Box::new(move |batch_error| {
+                let _ = reply.send(match batch_error {
+                    Some(e) => Err(e),
+                    None => outcome,
+                });
+            }),
+            lost_batch,
+        }
+    }
+
+    fn fail(self: Box<Self>, error: DbError) {
+        let _ = self.reply.send(Err(error));
+    }
+}
+
+type Job = Box<dyn Write>;
+
+/// A write that ran inside the batch, waiting to hear whether the batch committed.
+struct Ran {
+    /// Sends the caller its outcome, or the error that lost the batch.
+    answer: Box<dyn FnOnce(Option<DbError>) + Send>,
+    /// Set when this write's savepoint could not be rolled back: the transaction is gone.
+    lost_batch: Option<DbError>,
+}
+
+/// Commits, and the writes they carried, since the process started (both engines: on
+/// PostgreSQL each write is a commit of its own).
+#[derive(Debug, Default)]
+pub struct CommitCounters {
+    commits: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl CommitCounters {
+    pub fn committed(&self, writes: usize) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+    }
+
+    /// (commits, writes)
+    pub fn read(&self) -> (u64, u64) {
+        (
+            self.commits.load(Ordering::Relaxed),
+            self.writes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The sending end of the lane; the thread ends once every clone is dropped.
+#[derive(Clone)]
+pub struct WriteLane {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl WriteLane {
+    /// Starts the lane's thread on the writer pool (one connection, taken per batch, so a
+    /// broken connection is replaced by the pool).
+    pub fn start(
+        writer: Pool,
+        max_batch: usize,
+        counters: Arc<CommitCounters>,
+    ) -> std::io::Result<WriteLane> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("chorus-sqlite-writer".into())
+            .spawn(move || run_lane(&writer, &queue, max_batch.max(1), &counters))?;
+        Ok(WriteLane { jobs })
+    }
+
+    /// Runs `f` in the next batch; the outcome arrives once the batch committed. A refusal
+    /// (`Ok(Err(_))`) or an error rolls back only what `f` did.
+    pub async fn submit<T, R, F>(&self, f: F) -> Result<Result<T, R>, DbError>
+    where
+        F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>> + Send + 'static,
+        T: Send + 'static,
+        R: Send + 'static,
+    {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(PendingWrite { write: f, reply });
+        self.jobs.send(job).map_err(|_| DbError::Task)?;
+        answer.await.map_err(|_| DbError::Task)?
+    }
+}
+
+fn run_lane(
+    writer: &Pool,
+    queue: &mpsc::Receiver<Job>,
+    max_batch: usize,
+    counters: &CommitCounters,
+) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        run_batch(writer, batch, counters);
+    }
+}
+
+/// One transaction for the whole batch; each write answers after its fate is known.
+fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
+    let mut conn = match writer.get() {
+        Ok(conn) => conn,
+        Err(e) => return fail_all(batch, &DbError::from(e)),
+    };
+    if let Err(e) = begin_immediate(&mut conn) {
+        return fail_all(batch, &DbError::Query(e));
+    }
+    let mut ran: Vec<Ran> = Vec::with_capacity(batch.len());
+    let mut jobs = batch.into_iter();
+    for job in jobs.by_ref() {
+        let done = job.run(&mut conn);
+        let lost = done.lost_batch.as_ref().map(same_error);
+        ran.push(done);
+        if let Some(lost) = lost {
+            let _ = Manager::rollback_transaction(&mut conn);
+            for done in ran {
+                (done.answer)(Some(same_error(&lost)));
+            }
+            return fail_all(jobs.collect(), &lost);
+        }
+    }
+    let committed = Manager::commit_transaction(&mut conn);
+    match committed {
+        Ok(()) => counters.committed(ran.len()),
+        Err(_) => {
+            let _ = Manager::rollback_transaction(&mut conn);
+        }
+    }
+    let batch_error = committed.err().map(DbError::Query);
+    for done in ran {
+        (done.answer)(batch_error.as_ref().map(same_error));
+    }
+}
+
+/// `BEGIN IMMEDIATE`: the write lock is taken (waiting up to the busy timeout for an outside
+/// process) before the first read.
+fn begin_immediate(conn: &mut AnyConnection) -> QueryResult<()> {
+    match conn {
+        AnyConnection::Sqlite(c) => {
+            diesel::connection::AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")
+        }
+        AnyConnection::Postgresql(_) => Manager::begin_transaction(conn),
+    }
+}
+
+/// Runs `f` in a savepoint, released when it returns `Ok(Ok(_))` and rolled back otherwise
+/// (a panic too). The second value is set when the rollback itself failed.
+fn run_in_savepoint<T, R, F>(
+    conn: &mut AnyConnection,
+    f: F,
+) -> (Result<Result<T, R>, DbError>, Option<DbError>)
+where
+    F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>>,
+{
+    if let Err(e) = Manager::begin_transaction(conn) {
+        let lost = DbError::Query(e);
+        return (Err(same_error(&lost)), Some(lost));
+    }
+    let outcome = match catch_unwind(AssertUnwindSafe(|| f(conn))) {
+        Ok(Ok(Ok(value))) => match Manager::commit_transaction(conn) {
+            Ok(()) => return (Ok(Ok(value)), None),
+            Err(e) => Err(DbError::Query(e)),
+        },
+        Ok(Ok(Err(refusal))) => Ok(Err(refusal)),
+        Ok(Err(e)) => Err(DbError::Query(e)),
+        Err(_panic) => Err(DbError::Task),
+    };
+    match Manager::rollback_transaction(conn) {
+        Ok(()) => (outcome, None),
+        // The transaction went with it (SQLite abandons it on some errors, a full disk
+        // among them). What lost the batch is this write's own error, when it had one: the
+        // others hear that, not "no such savepoint".
+        Err(rollback) => {
+            let cause = match &outcome {
+                Err(e) => same_error(e),
+                Ok(_) => DbError::Query(rollback),
+            };
+            (outcome, Some(cause))
+        }
+    }
+}
+
+fn fail_all(jobs: Vec<Job>, error: &DbError) {
+    for job in jobs {
+        job.fail(same_error(error));
+    }
+}
+
+/// A copy of `error` for another caller of the same batch (diesel's errors are not Clone).
+/// What callers look at survives: the database's kind and message (full disk, busy).
+fn same_error(error: &DbError) -> DbError {
+    match error {
+        DbError::Query(DieselError::DatabaseError(kind, info)) => DbError::Query(
+            DieselError::DatabaseError(*kind, Box::new(info.message().to_owned())),
+        ),
+        DbError::Query(DieselError::BrokenTransactionManager) => {
+            DbError::Query(DieselError::BrokenTransactionManager)
+        }
+        DbError::Task => DbError::Task,
+        other => DbError::Unavailable(other.to_string()),
+    }
+}

@@ -1,0 +1,269 @@
+//! Writes that queue while the database is busy: on SQLite they share the next commit (group
+//! commit), yet each keeps its own outcome, and none answers before its data is committed.
+//!
+//! The queue is made honestly: the test holds the lock the writes need from a connection of
+//! its own (SQLite's write lock; on PostgreSQL the group's row, which every send to the group
+//! updates) while a burst of mixed writes arrives, then lets go. Commits and the writes they
+//! carried are read from `/metrics` (`chorus_db_commits_total`, `chorus_db_writes_total`).
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::json;
+
+use crate::helpers::{TestApp, TestResponse};
+use crate::on_both_engines;
+use crate::support::engine::Engine;
+use chorus::config::Settings;
+
+on_both_engines!(
+    writes_queued_behind_a_busy_database_keep_their_own_outcomes,
+    a_lone_write_commits_at_once_on_its_own,
+);
+on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
+
+/// How long the test holds the lock: long enough for the whole burst to queue, well inside
+/// SQLite's busy timeout (5 s) and PostgreSQL's statement timeout.
+const HOLD: Duration = Duration::from_millis(700);
+const DISTINCT_SENDS: usize = 24;
+
+fn one_write_per_commit(settings: &mut Settings) {
+    settings.sqlite_write_batch = 1;
+}
+
+/// A connection of the test's own holding what the burst's writes need; released on
+/// `release()`, which answers when the lock is gone.
+struct HeldLock {
+    release: std::sync::mpsc::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl HeldLock {
+    async fn take(app: &TestApp, group_id: i64) -> HeldLock {
+        use diesel::connection::SimpleConnection;
+        use diesel::Connection;
+        let (engine, url) = (app.engine, app.database_url.clone());
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (taken, is_taken) = tokio::sync::oneshot::channel::<()>();
+        let done = tokio::task::spawn_blocking(move || {
+            let lock = match engine {
+                Engine::Sqlite => "BEGIN IMMEDIATE".to_owned(),
+                Engine::Postgres => format!(
+                    "BEGIN; SELECT group_id FROM groups WHERE group_id = {group_id} FOR UPDATE"
+                ),
+            };
+            let hold = |conn: &mut dyn SimpleConnection| {
+                conn.batch_execute(&lock).expect("take the lock");
+                let _ = taken.send(());
+                let _ = wait.recv();
+                conn.batch_execute("COMMIT").expect("release the lock");
+            };
+            match engine {
+                Engine::Sqlite => {
+                    hold(&mut diesel::SqliteConnection::establish(&url).expect("open"))
+                }
+                Engine::Postgres => hold(&mut diesel::PgConnection::establish(&url).expect("open")),
+            }
+        });
+        is_taken.await.expect("the lock is taken");
+        HeldLock { release, done }
+    }
+
+    async fn release(self) -> Instant {
+        let _ = self.release.send(());
+        self.done.await.expect("the lock is released");
+        Instant::now()
+    }
+}
+
+async fn commits_and_writes(app: &TestApp) -> (f64, f64) {
+    let commits = app
+        .metric("chorus_db_commits_total")
+        .await
+        .expect("commits metric");
+    let writes = app
+        .metric("chorus_db_writes_total")
+        .await
+        .expect("writes metric");
+    (commits, writes)
+}
+
+/// What one request of the burst is, and how it must end.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Write {
+    /// The k-th distinct message (its first attempt, or a duplicate attempt of it).
+    Send(usize),
+    /// A send by someone who is not a member: 403, nothing stored.
+    Outsider,
+    /// A reply to a message of the future: 400 naming `reply_to_msg_id`, nothing stored.
+    BadReply,
+    /// bob acks the message sent before the burst.
+    Ack,
+}
+
+fn burst() -> Vec<Write> {
+    let mut writes: Vec<Write> = (0..DISTINCT_SENDS).map(Write::Send).collect();
+    // Every third message is sent twice at once: both attempts race inside the same batch.
+    writes.extend((0..DISTINCT_SENDS).step_by(3).map(Write::Send));
+    writes.extend([Write::Outsider, Write::BadReply, Write::Ack].repeat(3));
+    writes
+}
+
+async fn run(app: &TestApp, group: i64, write: Write) -> (TestResponse, Instant) {
+    let response = match write {
+        Write::Send(k) => {
+            app.send("alice", group, &format!("burst-{k}"), &format!("m{k}"))
+                .await
+        }
+        Write::Outsider => {
+            app.send("mallory", group, &format!("x-{}", rand_id()), "no")
+                .await
+        }
+        Write::BadReply => {
+            let body = json!({"content": "re", "reply_to_msg_id": 1_000_000});
+            app.send_entry("bob", group, body).await
+        }
+        Write::Ack => app.ack("bob", group, json!({"last_ack_msg_id": 1})).await,
+    };
+    (response, Instant::now())
+}
+
+fn rand_id() -> String {
+    crate::helpers::random_suffix()
+}
+
+async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    app.send_ok("alice", group, "before the burst").await;
+    let (commits_before, writes_before) = commits_and_writes(&app).await;
+
+    let lock = HeldLock::take(&app, group).await;
+    let writes = burst();
+    let (answers, released) = tokio::join!(
+        join_all(writes.iter().map(|w| run(&app, group, *w))),
+        async {
+            tokio::time::sleep(HOLD).await;
+            lock.release().await
+        }
+    );
+
+    let mut first_ids = std::collections::HashMap::new();
+    for (write, (response, answered)) in writes.iter().zip(&answers) {
+        match write {
+            Write::Send(k) => {
+                assert!(
+                    [200, 201].contains(&response.status),
+                    "{write:?}: {:?}",
+                    response.body
+                );
+                let id = response.body["msg_id"].as_i64().expect("msg_id");
+                let first = *first_ids.entry(*k).or_insert(id);
+                assert_eq!(
+                    id, first,
+                    "both attempts of message {k} name one stored message"
+                );
+                assert!(
+                    *answered >= released,
+                    "a send answered before it could commit"
+                );
+            }
+            Write::Outsider => assert_eq!(response.status, 403, "{:?}", response.body),
+            Write::BadReply => {
+                assert_eq!(response.status, 400, "{:?}", response.body);
+                assert!(response.body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("reply_to_msg_id"));
+            }
+            Write::Ack => assert_eq!(response.status, 200, "{:?}", response.body),
+        }
+        if app.engine == Engine::Sqlite && response.status < 300 {
+            assert!(
+                *answered >= released,
+                "{write:?} answered before the lock was released"
+            );
+        }
+    }
+    let created = answers.iter().filter(|(r, _)| r.status == 201).count();
+    assert_eq!(
+        created, DISTINCT_SENDS,
+        "one attempt of each message created it"
+    );
+
+    // Stored: the message before the burst and each distinct message once, ids 1..=25.
+    let page = app
+        .list_messages("bob", group, "?after_msg_id=0&limit=200")
+        .await;
+    let stored: Vec<(i64, String)> = page.body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            (
+                m["msg_id"].as_i64().unwrap_or(0),
+                m["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let ids: Vec<i64> = stored.iter().map(|(id, _)| *id).collect();
+    assert_eq!(
+        ids,
+        (1..=DISTINCT_SENDS as i64 + 1).collect::<Vec<_>>(),
+        "contiguous, nothing extra"
+    );
+    for (k, id) in &first_ids {
+        assert_eq!(stored[(*id - 1) as usize].1, format!("m{k}"));
+    }
+
+    let (commits, writes_total) = commits_and_writes(&app).await;
+    let (commits, carried) = (commits - commits_before, writes_total - writes_before);
+    assert!(
+        carried >= (DISTINCT_SENDS + 3) as f64,
+        "every accepted write was committed: {carried}"
+    );
+    match app.engine {
+        // The burst queued behind the lock: far fewer commits than writes.
+        Engine::Sqlite => assert!(
+            commits * 4.0 <= carried,
+            "{commits} commits for {carried} writes"
+        ),
+        Engine::Postgres => assert_eq!(commits, carried, "each write is its own transaction"),
+    }
+}
+
+async fn a_lone_write_commits_at_once_on_its_own(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let (commits_before, writes_before) = commits_and_writes(&app).await;
+
+    app.send_ok("alice", group, "alone").await;
+
+    let (commits, writes) = commits_and_writes(&app).await;
+    assert_eq!(
+        (commits - commits_before, writes - writes_before),
+        (1.0, 1.0)
+    );
+}
+
+async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let (commits_before, writes_before) = commits_and_writes(&app).await;
+
+    let lock = HeldLock::take(&app, group).await;
+    let app_ref = &app;
+    let (sends, _) =
+        tokio::join!(
+            join_all((0..8).map(|k| async move {
+                app_ref.send("alice", group, &format!("one-{k}"), "x").await
+            })),
+            async {
+                tokio::time::sleep(HOLD).await;
+                lock.release().await
+            }
+        );
+    let statuses: Vec<u16> = sends.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![201; 8]);
+
+    let (commits, writes) = commits_and_writes(&app).await;
+    assert_eq!(commits - commits_before, writes - writes_before);
+    assert_eq!(writes - writes_before, 8.0);
+}
