@@ -75,16 +75,16 @@ impl Metrics {
         registry.register(Box::new(waiting_polls.clone()))?;
         registry.register(Box::new(pool_in_use.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
-        let db_commits = IntCounter::new(
+        let db_commits = registered_counter(
+            &registry,
             "db_commits_total",
             "Write transactions committed (one disk flush each)",
         )?;
-        let db_writes = IntCounter::new(
+        let db_writes = registered_counter(
+            &registry,
             "db_writes_total",
             "Writes committed; above db_commits_total when SQLite grouped several into one commit",
         )?;
-        registry.register(Box::new(db_commits.clone()))?;
-        registry.register(Box::new(db_writes.clone()))?;
         Ok(Metrics {
             registry,
             requests,
@@ -114,6 +114,16 @@ impl Metrics {
         }
         String::from_utf8_lossy(&buffer).into_owned()
     }
+}
+
+fn registered_counter(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+) -> Result<IntCounter, prometheus::Error> {
+    let counter = IntCounter::new(name, help)?;
+    registry.register(Box::new(counter.clone()))?;
+    Ok(counter)
 }
 
 fn catch_up(counter: &IntCounter, total: u64) {
