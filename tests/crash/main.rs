@@ -26,6 +26,7 @@ mod contention;
 mod push_restart;
 mod server;
 mod sigkill;
+mod soak;
 
 /// The tests of this binary each run a server and many clients on a 2-core machine: one at a
 /// time, so their timings do not disturb each other.
