@@ -9,14 +9,8 @@ use crate::server::start_server_on;
 use crate::support::child_server::ChildServer;
 use crate::support::ports::free_port;
 
-/// Small pools and few workers: three instances and the clients share two cores. The pool
-/// timeout is the bound of every request that is not a long-poll.
+/// The pool timeout of every instance: the bound of every request that is not a long-poll.
 pub const POOL_TIMEOUT_MS: u64 = 2000;
-const SERVER_ENV: [(&str, &str); 3] = [
-    ("CHORUS_POOL_SIZE", "4"),
-    ("CHORUS_WORKERS", "2"),
-    ("CHORUS_POOL_TIMEOUT_MS", "2000"),
-];
 
 /// The process id of each instance, None while it is down: what the sampler reads.
 pub type Pids = Arc<Mutex<Vec<Option<u32>>>>;
@@ -68,15 +62,15 @@ impl Fleet {
     async fn start_slot(&mut self, slot: usize) {
         let log_name = format!("instance-{slot}-start-{}.log", self.logs.len());
         self.logs.push(self.dir.join(&log_name));
-        let server = start_server_on(
-            self.ports[slot],
-            &self.dir,
-            &self.database_url,
-            &log_name,
-            &self.client,
-            &SERVER_ENV,
-        )
-        .await;
+        let pool_timeout = POOL_TIMEOUT_MS.to_string();
+        // Small pools and few workers: three instances and the clients share two cores.
+        let env = [
+            ("CHORUS_POOL_SIZE", "4"),
+            ("CHORUS_WORKERS", "2"),
+            ("CHORUS_POOL_TIMEOUT_MS", pool_timeout.as_str()),
+        ];
+        let (port, url) = (self.ports[slot], &self.database_url);
+        let server = start_server_on(port, &self.dir, url, &log_name, &self.client, &env).await;
         self.pids.lock().expect("pids lock")[slot] = Some(server.pid());
         self.servers[slot] = Some(server);
     }

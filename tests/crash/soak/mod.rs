@@ -6,9 +6,9 @@
 //!
 //! The traffic: senders sending with retries (the same `client_msg_id` after a lost answer
 //! or a 503), members pulling page by page and acking, two of them from two devices each,
-//! `/v1/sync` pollers of three members and `/v1/receipts` pollers of every sender (both
-//! long-polls with cursors), and membership churn in one group (the owner adds and removes
-//! two users, who also leave by themselves).
+//! `/v1/sync` pollers of two members and of a churned user, `/v1/receipts` pollers of every
+//! sender (both long-polls with cursors), and membership churn in one group (the owner adds
+//! and removes two users, who also leave by themselves).
 //!
 //! Checked at the end, with counts: every send answered 2xx is stored once with its msg_id;
 //! every group's ids are 1..last; no cursor moved backwards; every poller heard of every
