@@ -14,10 +14,20 @@
 //!   a device is due a notification, and again while one is being delivered; after each
 //!   restart the notification goes out (the second with the key of the killed attempt).
 //!
-//! Settings: `CHORUS_TEST_DATABASE_URL` (PostgreSQL admin URL; the PostgreSQL variant is ignored
-//! unless it was set at build time), `CHORUS_CRASH_KILLS` (kills per engine, at least 10),
-//! `CHORUS_CRASH_SEED` (replays the timings of an earlier run), `CHORUS_RELIABILITY_LOG` (a file
-//! each crash run appends its summary to, as one JSON line).
+//! - `soak::soak_across_instances_keeps_every_promise`: three instances on one PostgreSQL
+//!   database (one on SQLite) behind a round-robin client, under sends, pulls, acks from
+//!   several devices, long-polls on both feeds and membership churn, while an instance is
+//!   SIGKILLed and restarted every eighth of the run and PostgreSQL (a private cluster) is
+//!   restarted once; checks exactly-once storage, contiguous ids, cursors, that every poller
+//!   heard of every change it was owed, request bounds, and that memory stayed flat.
+//!
+//! Settings: `CHORUS_TEST_DATABASE_URL` (PostgreSQL admin URL; the PostgreSQL variants are
+//! ignored unless it was set at build time), `CHORUS_CRASH_KILLS` (kills per engine, at least
+//! 10), `CHORUS_CRASH_SEED` (replays the timings of an earlier run, the soak's too),
+//! `CHORUS_SOAK_SECS` (how long the soak's traffic runs per engine: 60 s by default, at least
+//! 20; RELIABILITY.md has a 1,800 s run), `CHORUS_RELIABILITY_LOG` (a file each crash and soak
+//! run appends its summary to, as one JSON line). The soak on PostgreSQL needs root and
+//! Debian's PostgreSQL binaries for its private cluster, like tests/outage.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -26,6 +36,7 @@ mod contention;
 mod push_restart;
 mod server;
 mod sigkill;
+mod soak;
 
 /// The tests of this binary each run a server and many clients on a 2-core machine: one at a
 /// time, so their timings do not disturb each other.

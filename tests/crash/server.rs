@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+use crate::support::ports::free_port;
 
 /// Starts `chorus serve` on `database_url` with its log at `dir/log_name`, and waits until it
 /// answers /healthz; fails the test if it does not.
@@ -25,6 +26,18 @@ pub async fn start_server_with(
     client: &reqwest::Client,
     more: &[(&str, &str)],
 ) -> ChildServer {
+    start_server_on(free_port(), dir, database_url, log_name, client, more).await
+}
+
+/// [`start_server_with`] on a given port, for a server restarted where its clients expect it.
+pub async fn start_server_on(
+    port: u16,
+    dir: &Path,
+    database_url: &str,
+    log_name: &str,
+    client: &reqwest::Client,
+    more: &[(&str, &str)],
+) -> ChildServer {
     let mut env = vec![("CHORUS_LOG", "warn"), ("CHORUS_SQLITE_SYNC", "full")];
     env.extend_from_slice(more);
     let config = ChildConfig {
@@ -34,7 +47,7 @@ pub async fn start_server_with(
         env: &env,
     };
     let mut server =
-        ChildServer::spawn(&config, dir.join(log_name)).unwrap_or_else(|e| panic!("{e}"));
+        ChildServer::spawn_on(&config, port, dir.join(log_name)).unwrap_or_else(|e| panic!("{e}"));
     server
         .wait_healthy(client, Duration::from_secs(60))
         .await

@@ -14,15 +14,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod private_cluster;
-
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use private_cluster::PrivateCluster;
 use support::client::ApiClient;
+use support::private_cluster::PrivateCluster;
 use support::server::{self, InProcessServer};
 
 const POOL_TIMEOUT_MS: u64 = 1000;

@@ -36,7 +36,17 @@ impl ChildServer {
     /// Starts the binary with only the settings of `config` (nothing from the environment the
     /// caller runs in) and stdout and stderr in `log_path`.
     pub fn spawn(config: &ChildConfig, log_path: PathBuf) -> Result<ChildServer, String> {
-        let port = free_port();
+        ChildServer::spawn_on(config, free_port(), log_path)
+    }
+
+    /// [`ChildServer::spawn`] on a given port: a server restarted where its clients already
+    /// send their requests (the listener sets SO_REUSEADDR, so a killed server's port is free
+    /// at once).
+    pub fn spawn_on(
+        config: &ChildConfig,
+        port: u16,
+        log_path: PathBuf,
+    ) -> Result<ChildServer, String> {
         let log = File::create(&log_path).map_err(|e| format!("server log file: {e}"))?;
         let log_too = log
             .try_clone()

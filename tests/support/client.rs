@@ -1,26 +1,36 @@
 //! A client of Chorus's endpoints for tests that drive a server from outside (a child process,
 //! or an in-process server whose database goes away): every call says whether it was answered
-//! or lost, and mints the caller's token itself.
+//! or lost, and mints the caller's token itself. One client may spread its calls over several
+//! instances in turn, and time each call against its documented bound.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::support::http::{Http, Reply};
+use crate::support::request_log::RequestLog;
 use crate::support::tokens::TokenMint;
 
 #[derive(Clone)]
 pub struct ApiClient {
+    /// The first (often the only) server.
     pub http: Http,
+    /// Every server, taken in turn by [`ApiClient::call`].
+    targets: Arc<[Http]>,
+    turn: Arc<AtomicUsize>,
+    log: Option<Arc<RequestLog>>,
     mint: Arc<TokenMint>,
 }
 
-/// One message as a page lists it.
+/// One entry of a group's log as a page lists it: a message, or a line the server wrote
+/// (`member_joined`, ...), which has no client_msg_id (empty here) and no content.
 #[derive(Debug)]
 pub struct StoredMessage {
     pub msg_id: i64,
+    pub kind: String,
     pub sender_id: String,
     pub client_msg_id: String,
     pub content: String,
@@ -33,14 +43,37 @@ impl ApiClient {
 
     /// Another server, the same connections' client (and its pool).
     pub fn with_client(client: reqwest::Client, base: impl Into<String>) -> ApiClient {
-        let http = Http {
-            client,
-            base: base.into(),
-        };
+        ApiClient::round_robin(client, vec![base.into()])
+    }
+
+    /// Calls go to `bases` in turn, as behind a load balancer: a call that finds its server
+    /// dead is lost, and the caller's retry goes to the next one.
+    pub fn round_robin(client: reqwest::Client, bases: Vec<String>) -> ApiClient {
+        let targets: Arc<[Http]> = bases
+            .into_iter()
+            .map(|base| Http {
+                client: client.clone(),
+                base,
+            })
+            .collect();
         ApiClient {
-            http,
+            http: targets[0].clone(),
+            targets,
+            turn: Arc::new(AtomicUsize::new(0)),
+            log: None,
             mint: Arc::new(TokenMint::new()),
         }
+    }
+
+    /// Every call from now on (of this client and its clones) is timed into `log`.
+    pub fn timed(mut self, log: Arc<RequestLog>) -> ApiClient {
+        self.log = Some(log);
+        self
+    }
+
+    fn next_target(&self) -> &Http {
+        let turn = self.turn.fetch_add(1, Ordering::Relaxed);
+        &self.targets[turn % self.targets.len()]
     }
 
     pub async fn call(
@@ -50,11 +83,17 @@ impl ApiClient {
         user: &str,
         body: Option<&Value>,
     ) -> Reply {
-        let mut request = self.http.request(method, path, &self.mint.token(user));
+        let token = self.mint.token(user);
+        let mut request = self.next_target().request(method.clone(), path, &token);
         if let Some(body) = body {
             request = request.json(body);
         }
-        Reply::of(request).await
+        let started = Instant::now();
+        let reply = Reply::of(request).await;
+        if let Some(log) = &self.log {
+            log.record(&method, path, started.elapsed(), &reply);
+        }
+        reply
     }
 
     pub async fn send(
@@ -122,10 +161,16 @@ impl ApiClient {
 }
 
 fn stored_message(m: &Value) -> StoredMessage {
+    let kind = m["kind"].as_str().expect("kind").to_owned();
+    let text = |field: &str| match kind.as_str() {
+        "message" => m[field].as_str().expect(field).to_owned(),
+        _ => m[field].as_str().unwrap_or_default().to_owned(),
+    };
     StoredMessage {
         msg_id: m["msg_id"].as_i64().expect("msg_id"),
         sender_id: m["sender_id"].as_str().expect("sender_id").to_owned(),
-        client_msg_id: m["client_msg_id"].as_str().expect("cmid").to_owned(),
-        content: m["content"].as_str().expect("content").to_owned(),
+        client_msg_id: text("client_msg_id"),
+        content: text("content"),
+        kind,
     }
 }

@@ -2,7 +2,6 @@
 //! process so that its memory can be read from /proc; then one message wakes one group.
 
 mod binary;
-mod proc_status;
 mod raw_poll;
 mod report;
 mod run;

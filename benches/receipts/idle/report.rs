@@ -1,9 +1,9 @@
 //! The idle run's table: the server's memory and threads with the polls waiting, and how one
 //! message woke its group.
 
-use super::proc_status::mib;
 use super::{IdleResult, IDLE_GROUP_SIZE, IDLE_USERS};
 use crate::measure::{f2, summarize};
+use crate::support::proc_status::mib;
 
 pub fn print(r: &IdleResult) {
     let growth = r.rss_waiting.saturating_sub(r.rss_before);

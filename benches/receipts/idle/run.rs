@@ -9,7 +9,6 @@ use futures::stream::{self, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::binary::build_server_binary;
-use super::proc_status::{proc_status_kib, rss_kib};
 use super::raw_poll::{raw_poll, PollAnswer};
 use super::{
     IdleResult, IDLE_CONNECT_CONCURRENCY, IDLE_GROUP_SIZE, IDLE_OPEN_LIMIT, IDLE_POLL_TIMEOUT_S,
@@ -20,6 +19,7 @@ use crate::measure::{ms, signed_ms, Errors};
 use crate::server::bench_database;
 use crate::support::child_server::{ChildConfig, ChildServer};
 use crate::support::engine::Engine;
+use crate::support::proc_status::{proc_status_kib, rss_kib};
 use crate::support::scratch_db::ScratchDb;
 use crate::support::tokens::TokenMint;
 

@@ -24,6 +24,8 @@ pub struct MemberClient {
     pub pulls_lost: u64,
     pub acks: u64,
     pub acks_lost: u64,
+    /// Pulls and acks answered `503 unavailable` (the database was down).
+    pub unavailable: u64,
     pub backwards: Vec<String>,
     pub gaps: Vec<String>,
     pub problems: Vec<String>,
@@ -39,6 +41,7 @@ impl MemberClient {
             pulls_lost: 0,
             acks: 0,
             acks_lost: 0,
+            unavailable: 0,
             backwards: Vec::new(),
             gaps: Vec::new(),
             problems: Vec::new(),
@@ -73,13 +76,18 @@ impl MemberClient {
             turn += 1;
             let limit = rng.random_range(1..=40);
             let Some((read, ids)) = self.pull(&api, group_id, limit).await else {
+                // A pause, as after a lost send: a dead server refuses at once.
+                tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
                 continue;
             };
             let Some(&last) = ids.last() else {
                 tokio::time::sleep(Duration::from_millis(rng.random_range(1..10))).await;
                 continue;
             };
-            let read_to = rng.random_bool(0.4).then(|| rng.random_range(read..=last));
+            // Another device of the member may have read past this page already.
+            let read_to = rng
+                .random_bool(0.4)
+                .then(|| rng.random_range(read.min(last)..=last));
             self.ack(&api, group_id, last, read_to).await;
         }
         self
@@ -96,6 +104,10 @@ impl MemberClient {
         let path = format!("/v1/groups/{group_id}/messages?limit={limit}");
         let body = match api.call(Method::GET, &path, &self.user, None).await {
             Reply::Answered(200, body) => body,
+            Reply::Answered(503, _) => {
+                self.unavailable += 1;
+                return None;
+            }
             Reply::Answered(status, body) => {
                 self.problems.push(format!(
                     "pull of group {group_id} answered {status}: {body}"
@@ -139,6 +151,7 @@ impl MemberClient {
                 self.acks += 1;
                 self.check_ack_answer(group_id, &request, &body, last, read_to);
             }
+            Reply::Answered(503, _) => self.unavailable += 1,
             Reply::Answered(status, body) => self.problems.push(format!(
                 "ack {request} in group {group_id}: {status} {body}"
             )),

@@ -26,6 +26,10 @@ pub struct Tally {
     pub acks_lost: u64,
     pub pulls: u64,
     pub pulls_lost: u64,
+    /// First attempts of sends answered 503 (each then retried until answered 2xx).
+    pub first_try_unavailable: u64,
+    /// Every request of the lanes and members answered 503.
+    pub unavailable: u64,
 }
 
 impl Tally {
@@ -51,6 +55,9 @@ impl Tally {
             acks_lost: msum(|m| m.acks_lost),
             pulls: msum(|m| m.pulls),
             pulls_lost: msum(|m| m.pulls_lost),
+            first_try_unavailable: sum(|l| l.first_try_unavailable),
+            unavailable: sum(|l| l.first_try_unavailable + l.retry_unavailable)
+                + msum(|m| m.unavailable),
         }
     }
 }
@@ -154,10 +161,21 @@ pub fn append_to_reliability_log(run: &RunFacts, t: &Tally, verdict: &Verdict) {
         "verdict": verdict_word(verdict),
         "seconds": run.seconds,
     });
+    append_record(&path, &record);
+}
+
+/// Appends `record` as one line to the file CHORUS_RELIABILITY_LOG names, if it is set.
+pub fn append_if_asked(record: &serde_json::Value) {
+    if let Ok(path) = std::env::var(RELIABILITY_LOG_VAR) {
+        append_record(&path, record);
+    }
+}
+
+fn append_record(path: &str, record: &serde_json::Value) {
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&path)
+        .open(path)
         .expect("open CHORUS_RELIABILITY_LOG");
     writeln!(file, "{record}").expect("append to CHORUS_RELIABILITY_LOG");
 }

@@ -1,9 +1,10 @@
 //! A sender's connection during the kills: sends new messages, and first retries those whose
-//! response a crash swallowed, counting how each attempt ended.
+//! response a crash swallowed (or that a database outage answered 503), counting how each
+//! attempt ended.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -18,6 +19,8 @@ pub struct PendingSend {
     pub group_id: i64,
     pub client_msg_id: String,
     pub content: String,
+    /// When its first attempt started: the message cannot have committed before.
+    pub first_sent_at: Instant,
 }
 
 /// A send answered 2xx: the server promised this message is stored, once, with this id.
@@ -28,6 +31,9 @@ pub struct AcknowledgedSend {
     pub client_msg_id: String,
     pub content: String,
     pub msg_id: i64,
+    pub first_sent_at: Instant,
+    /// When the 2xx arrived: the message had committed by then.
+    pub acknowledged_at: Instant,
 }
 
 /// One sender's connection: sends new messages, and first retries those whose response a
@@ -35,7 +41,7 @@ pub struct AcknowledgedSend {
 pub struct SenderLane {
     pub index: usize,
     pub user: String,
-    groups: Vec<i64>,
+    pub groups: Vec<i64>,
     next: u64,
     pub pending: Vec<PendingSend>,
     pub acknowledged: Vec<AcknowledgedSend>,
@@ -50,6 +56,11 @@ pub struct SenderLane {
     pub retried_201: u64,
     /// Retries whose response was lost too (the next kill came first).
     pub retry_lost_again: u64,
+    /// First attempts answered `503 unavailable` (the database was down); retried like lost
+    /// ones, since a 503 from a failed commit does not say whether it committed.
+    pub first_try_unavailable: u64,
+    /// Retries answered 503.
+    pub retry_unavailable: u64,
     pub problems: Vec<String>,
 }
 
@@ -68,6 +79,8 @@ impl SenderLane {
             retried_200: 0,
             retried_201: 0,
             retry_lost_again: 0,
+            first_try_unavailable: 0,
+            retry_unavailable: 0,
             problems: Vec::new(),
         }
     }
@@ -86,6 +99,8 @@ impl SenderLane {
                     client_msg_id: send.client_msg_id.clone(),
                     content: send.content.clone(),
                     msg_id,
+                    first_sent_at: send.first_sent_at,
+                    acknowledged_at: Instant::now(),
                 });
                 true
             }
@@ -143,6 +158,10 @@ impl SenderLane {
                         }
                     }
                 }
+                Reply::Answered(503, _) => {
+                    self.retry_unavailable += 1;
+                    self.pending.push(send);
+                }
                 Reply::Answered(status, body) => {
                     self.problems.push(format!(
                         "retry of {} answered {status}: {body}",
@@ -176,6 +195,7 @@ impl SenderLane {
                 group_id,
                 client_msg_id,
                 content,
+                first_sent_at: Instant::now(),
             };
             self.attempted += 1;
             let reply = api
@@ -186,6 +206,11 @@ impl SenderLane {
                     if self.accept(&send, 201, &body) {
                         self.first_try_2xx += 1;
                     }
+                }
+                Reply::Answered(503, _) => {
+                    self.first_try_unavailable += 1;
+                    self.pending.push(send);
+                    back_off(rng).await;
                 }
                 Reply::Answered(status, body) => {
                     // 200 would mean the server saw this fresh client_msg_id before.
@@ -200,6 +225,7 @@ impl SenderLane {
                 Reply::Lost(_) => {
                     self.lost_response += 1;
                     self.pending.push(send);
+                    back_off(rng).await;
                 }
             }
             if rng.random_bool(0.2) {
@@ -207,4 +233,10 @@ impl SenderLane {
             }
         }
     }
+}
+
+/// A pause after a lost or refused send, as a real client makes: a dead server refuses
+/// connections at once, and without it a lane would pile up thousands of pending sends.
+async fn back_off(rng: &mut StdRng) {
+    tokio::time::sleep(Duration::from_millis(rng.random_range(20..100))).await;
 }

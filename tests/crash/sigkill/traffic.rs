@@ -1,5 +1,5 @@
-//! The clients of a run: three groups, two connections per sender and one per member, and how
-//! they run through one phase between two kills.
+//! The clients of a run: three groups, two connections per sender and one per member device,
+//! and how they run through one phase between two kills.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,16 +15,23 @@ use crate::support::client::ApiClient;
 const SENDERS: [&str; 4] = ["s1", "s2", "s3", "s4"];
 const MEMBERS: [&str; 4] = ["m1", "m2", "m3", "m4"];
 
+/// Members with two devices each, when a run asks for several devices per member: both
+/// pull and ack the same groups, each with its own delivered cursor and one shared read cursor.
+/// A device id belongs to one user only, hence the user in each.
+const TWO_DEVICE_MEMBERS: [&str; 2] = ["m1", "m2"];
+const DEVICES: [&str; 2] = ["phone", "laptop"];
+
 pub struct Traffic {
     /// Each group with its owner, who reads it back at the end.
-    pub owners: [(i64, &'static str); 3],
+    pub owners: Vec<(i64, &'static str)>,
     pub lanes: Vec<SenderLane>,
     pub members: Vec<MemberClient>,
 }
 
 impl Traffic {
-    /// Three groups; each sender is in two, each member in two or three.
-    pub async fn create(api: &ApiClient) -> Traffic {
+    /// Three groups; each sender is in two, each member in two or three. With
+    /// `several_devices`, m1 and m2 pull and ack from two devices each.
+    pub async fn create(api: &ApiClient, several_devices: bool) -> Traffic {
         let g0 = api
             .create_group("s1", "all", &["s2", "s3", "s4", "m1", "m2", "m3", "m4"])
             .await;
@@ -49,12 +56,31 @@ impl Traffic {
             .collect();
         let members = MEMBERS
             .iter()
-            .map(|m| MemberClient::new(m, member_groups(m)))
+            .flat_map(|m| {
+                let callers: Vec<String> = match several_devices && TWO_DEVICE_MEMBERS.contains(m) {
+                    true => DEVICES.iter().map(|d| format!("{m}#{m}-{d}")).collect(),
+                    false => vec![m.to_string()],
+                };
+                callers
+                    .iter()
+                    .map(|caller| MemberClient::new(caller, member_groups(m)))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         Traffic {
-            owners: [(g0, "s1"), (g1, "s2"), (g2, "s3")],
+            owners: vec![(g0, "s1"), (g1, "s2"), (g2, "s3")],
             lanes,
             members,
+        }
+    }
+
+    /// Another group the senders `senders` send to; `owner` reads it back at the end.
+    pub fn add_group(&mut self, group_id: i64, owner: &'static str, senders: &[&str]) {
+        self.owners.push((group_id, owner));
+        for lane in &mut self.lanes {
+            if senders.contains(&lane.user.as_str()) {
+                lane.groups.push(group_id);
+            }
         }
     }
 

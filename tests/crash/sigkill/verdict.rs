@@ -23,6 +23,8 @@ pub struct Verdict {
     pub problems: Vec<String>,
     /// Messages read back from all groups.
     pub stored: usize,
+    /// System lines (membership changes) read back, per group.
+    pub system_lines: HashMap<i64, usize>,
 }
 
 /// Where each client_msg_id was found: (group_id, msg_id).
@@ -47,7 +49,7 @@ impl Verdict {
             .map(|a| (a.client_msg_id.as_str(), a))
             .collect();
         let mut stored = StoredAt::new();
-        for (group_id, owner) in traffic.owners {
+        for &(group_id, owner) in &traffic.owners {
             let (messages, last_msg_id) = api.pull_all(owner, group_id).await;
             verdict.check_group(group_id, &messages, last_msg_id, &acknowledged, &mut stored);
         }
@@ -66,17 +68,21 @@ impl Verdict {
     }
 
     /// A group read from after_msg_id=0: contiguous ids, each client_msg_id once, each message
-    /// one that a sender was told about.
+    /// one that a sender was told about. System lines are counted, not matched.
     fn check_group(
         &mut self,
         group_id: i64,
-        messages: &[StoredMessage],
+        entries: &[StoredMessage],
         last_msg_id: i64,
         acknowledged: &HashMap<&str, &AcknowledgedSend>,
         stored: &mut StoredAt,
     ) {
+        // Messages and lines share the ids, in the order the pages listed them.
+        let ids: Vec<i64> = entries.iter().map(|m| m.msg_id).collect();
+        let (messages, lines): (Vec<&StoredMessage>, Vec<&StoredMessage>) =
+            entries.iter().partition(|m| m.kind == "message");
         self.stored += messages.len();
-        let ids: Vec<i64> = messages.iter().map(|m| m.msg_id).collect();
+        self.system_lines.insert(group_id, lines.len());
         if ids != (1..=last_msg_id).collect::<Vec<i64>>() {
             let mut seen = ids.clone();
             seen.dedup();

@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL cluster (initdb in a temp dir, its own port) that a test may stop
 //! and start without disturbing any other test. Needs Debian's PostgreSQL binaries and root,
-//! to run them as the `postgres` user.
+//! to run them as the `postgres` user. Used by the outage test and the soak.
 
 use std::path::PathBuf;
 use std::process::Command;
