@@ -19,6 +19,7 @@
 
 mod churn;
 mod faults;
+mod feed_poll;
 mod fleet;
 mod owed;
 mod receipts_poller;

@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::support::client::ApiClient;
 use crate::support::http::Reply;
 
+use super::feed_poll::PollTally;
+
 /// (read_count, unread_count, delivered_count)
 pub type Counts = (i64, i64, i64);
 
@@ -35,9 +37,7 @@ pub struct ReceiptsPoller {
     pub latest: HashMap<(i64, i64), Counts>,
     pub changes_reported: u64,
     pub polls_answered: u64,
-    pub polls_lost: u64,
-    pub polls_unavailable: u64,
-    pub problems: Vec<String>,
+    pub tally: PollTally,
 }
 
 impl ReceiptsPoller {
@@ -52,9 +52,7 @@ impl ReceiptsPoller {
             latest: HashMap::new(),
             changes_reported: 0,
             polls_answered: 0,
-            polls_lost: 0,
-            polls_unavailable: 0,
-            problems: Vec::new(),
+            tally: PollTally::default(),
         }
     }
 
@@ -92,22 +90,8 @@ impl ReceiptsPoller {
             "/v1/receipts?cursor={}&timeout_s={timeout_s}&limit=200",
             self.cursor
         );
-        match api.call(Method::GET, &path, &self.caller, None).await {
-            Reply::Answered(200, body) => Some(self.take_answer(&body)),
-            Reply::Answered(503, _) => {
-                self.polls_unavailable += 1;
-                None
-            }
-            Reply::Answered(status, body) => {
-                self.problems
-                    .push(format!("{} poll answered {status}: {body}", self.caller));
-                None
-            }
-            Reply::Lost(_) => {
-                self.polls_lost += 1;
-                None
-            }
-        }
+        let body = self.tally.poll(api, &self.caller, &path).await?;
+        Some(self.take_answer(&body))
     }
 
     fn take_answer(&mut self, body: &Value) -> bool {

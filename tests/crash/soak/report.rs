@@ -27,11 +27,14 @@ fn bucket_secs(facts: &RunFacts) -> f64 {
 }
 
 fn poller_problems(cast: &Cast) -> Vec<String> {
-    let sync = cast.sync.iter().flat_map(|p| p.problems.iter().cloned());
+    let sync = cast
+        .sync
+        .iter()
+        .flat_map(|p| p.tally.problems.iter().cloned());
     let receipts = cast
         .receipts
         .iter()
-        .flat_map(|p| p.problems.iter().cloned());
+        .flat_map(|p| p.tally.problems.iter().cloned());
     let churn = cast.churn.problems.iter().cloned();
     sync.chain(receipts).chain(churn).collect()
 }

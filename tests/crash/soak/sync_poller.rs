@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::support::client::ApiClient;
 use crate::support::http::Reply;
 
+use super::feed_poll::PollTally;
+
 /// A group an answer named: in `groups` with its `last_msg_id`, or in `removed_group_ids`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Mention {
@@ -32,9 +34,7 @@ pub struct SyncPoller {
     /// Per group, each (j, mention) of an answer to the poll with cursor j, in order.
     pub mentions: HashMap<i64, Vec<(usize, Mention)>>,
     pub polls_answered: u64,
-    pub polls_lost: u64,
-    pub polls_unavailable: u64,
-    pub problems: Vec<String>,
+    pub tally: PollTally,
 }
 
 impl SyncPoller {
@@ -46,9 +46,7 @@ impl SyncPoller {
             cursor_at: Vec::new(),
             mentions: HashMap::new(),
             polls_answered: 0,
-            polls_lost: 0,
-            polls_unavailable: 0,
-            problems: Vec::new(),
+            tally: PollTally::default(),
         };
         match api.call(Method::GET, "/v1/sync", caller, None).await {
             Reply::Answered(200, body) => {
@@ -91,22 +89,8 @@ impl SyncPoller {
             "/v1/sync?cursor={}&timeout_s={timeout_s}&limit=50",
             self.cursor
         );
-        match api.call(Method::GET, &path, &self.caller, None).await {
-            Reply::Answered(200, body) => Some(self.take_answer(&body)),
-            Reply::Answered(503, _) => {
-                self.polls_unavailable += 1;
-                None
-            }
-            Reply::Answered(status, body) => {
-                self.problems
-                    .push(format!("{} poll answered {status}: {body}", self.caller));
-                None
-            }
-            Reply::Lost(_) => {
-                self.polls_lost += 1;
-                None
-            }
-        }
+        let body = self.tally.poll(api, &self.caller, &path).await?;
+        Some(self.take_answer(&body))
     }
 
     fn take_answer(&mut self, body: &Value) -> bool {
