@@ -68,6 +68,8 @@ pub mod defaults {
     /// None: the SQLite database may grow until the disk is full.
     pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const SQLITE_WRITE_BATCH: u64 = 64;
+    /// SQLite's own default page cache (`PRAGMA cache_size = -2000`), per connection.
+    pub const SQLITE_CACHE_KIB: u64 = 2000;
     pub const KEEP_ALIVE_SECS: u64 = 75;
     /// 0: one HTTP worker per core.
     pub const WORKERS: usize = 0;
@@ -151,6 +153,13 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_SQLITE_WRITE_BATCH", default_value_t = defaults::SQLITE_WRITE_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=4096), global = true)]
     pub sqlite_write_batch: u64,
+
+    /// SQLite: the page cache of each database connection, in KiB (`PRAGMA cache_size`).
+    /// The server holds the pool's connections plus one writer, so the caches together take
+    /// at most (CHORUS_POOL_SIZE + 1) times this; they fill as the database grows, then hold.
+    #[arg(long, env = "CHORUS_SQLITE_CACHE_KIB", default_value_t = defaults::SQLITE_CACHE_KIB,
+          value_parser = clap::value_parser!(u64).range(64..=1_048_576), global = true)]
+    pub sqlite_cache_kib: u64,
 
     /// How long an idle HTTP keep-alive connection stays open. Keep it above your load
     /// balancer's idle timeout, so the proxy never reuses a connection Chorus is closing.
@@ -271,6 +280,7 @@ impl Settings {
             sqlite_sync: defaults::SQLITE_SYNC,
             sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             sqlite_write_batch: defaults::SQLITE_WRITE_BATCH,
+            sqlite_cache_kib: defaults::SQLITE_CACHE_KIB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,
             receipt_retention_secs: defaults::RECEIPT_RETENTION_SECS,
@@ -321,6 +331,7 @@ impl Settings {
                 .sqlite_max_size_mb
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
             sqlite_write_batch: self.sqlite_write_batch as usize,
+            sqlite_cache_kib: self.sqlite_cache_kib,
         }
     }
 }
@@ -431,6 +442,53 @@ mod tests {
         assert_eq!(
             format!("{:?}", parsed.settings),
             format!("{:?}", Settings::defaults())
+        );
+    }
+
+    #[test]
+    fn every_setting_has_a_row_in_the_readme_configuration_table() {
+        let readme = include_str!("../README.md");
+        let command = Cli::command();
+        let mut settings: Vec<String> = command
+            .get_arguments()
+            .filter_map(|arg| arg.get_env())
+            .map(|env| env.to_string_lossy().into_owned())
+            .collect();
+        for sub in command.get_subcommands() {
+            settings.extend(
+                sub.get_arguments()
+                    .filter_map(|arg| arg.get_env())
+                    .map(|env| env.to_string_lossy().into_owned()),
+            );
+        }
+        let missing: Vec<&String> = settings
+            .iter()
+            .filter(|env| !readme.contains(&format!("| `{env}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "settings with no README row: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn a_page_cache_outside_its_range_is_refused_naming_the_range() {
+        let command = Cli::command().mut_args(|arg| arg.env(None::<&str>));
+        for bad in ["0", "63", "1048577", "lots"] {
+            let error = command
+                .clone()
+                .try_get_matches_from(["chorus", "--sqlite-cache-kib", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(error.contains("--sqlite-cache-kib"), "{bad}: {error}");
+        }
+        let matches = command
+            .try_get_matches_from(["chorus", "--sqlite-cache-kib", "64"])
+            .expect("the smallest cache");
+        let parsed = Cli::from_arg_matches(&matches).expect("settings");
+        assert_eq!(
+            parsed.settings.db_settings_for_url("x").sqlite_cache_kib,
+            64
         );
     }
 

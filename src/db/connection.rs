@@ -67,6 +67,7 @@ pub struct ConnectionManager {
     engine: Engine,
     sqlite_sync: SqliteSync,
     sqlite_max_bytes: Option<u64>,
+    sqlite_cache_kib: u64,
     statement_timeout_ms: u64,
 }
 
@@ -77,6 +78,7 @@ impl ConnectionManager {
             engine: Engine::from_url(&settings.url),
             sqlite_sync: settings.sqlite_sync,
             sqlite_max_bytes: settings.sqlite_max_bytes,
+            sqlite_cache_kib: settings.sqlite_cache_kib,
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
         }
     }
@@ -104,11 +106,14 @@ impl r2d2::ManageConnection for ConnectionManager {
                 // WAL lets readers run beside the single writer; the busy timeout only matters
                 // for outside tools, since Chorus itself never has two writers. secure_delete
                 // zeroes the bytes a recall or delete frees, so recalled text leaves the file.
+                // A negative cache_size is in KiB; the page cache is most of what a
+                // connection's memory grows to as the database grows.
                 let pragmas = format!(
                     "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; \
                      PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000; \
-                     PRAGMA secure_delete = ON;",
-                    self.sqlite_sync.pragma()
+                     PRAGMA secure_delete = ON; PRAGMA cache_size = -{};",
+                    self.sqlite_sync.pragma(),
+                    self.sqlite_cache_kib
                 );
                 conn.batch_execute(&pragmas)
                     .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
@@ -161,6 +166,8 @@ pub struct DbSettings {
     pub sqlite_max_bytes: Option<u64>,
     /// SQLite: the most writes one commit takes (group commit; 1 commits each on its own).
     pub sqlite_write_batch: usize,
+    /// SQLite: each connection's page cache in KiB.
+    pub sqlite_cache_kib: u64,
     pub statement_timeout: Duration,
 }
 
@@ -178,4 +185,34 @@ impl DbSettings {
 pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
     use r2d2::ManageConnection;
     ConnectionManager::new(settings).connect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use r2d2::ManageConnection;
+
+    #[derive(diesel::QueryableByName)]
+    struct CacheSize {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        cache_size: i64,
+    }
+
+    #[test]
+    fn every_sqlite_connection_takes_the_configured_page_cache() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = dir.path().join("cache.sqlite3").display().to_string();
+        let settings = DbSettings {
+            sqlite_cache_kib: 512,
+            ..DbSettings::for_url(&url)
+        };
+        let manager = ConnectionManager::new(&settings);
+        let Ok(AnyConnection::Sqlite(mut conn)) = manager.connect() else {
+            panic!("a SQLite connection to {url}");
+        };
+        let size = diesel::sql_query("PRAGMA cache_size")
+            .get_result::<CacheSize>(&mut conn)
+            .expect("PRAGMA cache_size");
+        assert_eq!(size.cache_size, -512, "negative: KiB, not pages");
+    }
 }
