@@ -114,9 +114,38 @@ impl Membership {
     }
 }
 
+/// [`member_of`] for several groups in one query, by group id.
+pub fn member_of_groups(
+    conn: &mut AnyConnection,
+    group_ids: &[i64],
+    user_id: &str,
+) -> QueryResult<std::collections::HashMap<i64, Result<Membership, Refusal>>> {
+    let found: Vec<(GroupRow, Option<MemberRow>)> = groups::table
+        .left_join(
+            group_members::table.on(group_members::group_id
+                .eq(groups::group_id)
+                .and(group_members::user_id.eq(user_id))),
+        )
+        .filter(groups::group_id.eq_any(group_ids))
+        .select((GroupRow::as_select(), Option::<MemberRow>::as_select()))
+        .load(conn)?;
+    let mut by_group: std::collections::HashMap<i64, Result<Membership, Refusal>> = found
+        .into_iter()
+        .map(|(group, member)| (group.group_id, membership(group, member)))
+        .collect();
+    for &group_id in group_ids {
+        by_group
+            .entry(group_id)
+            .or_insert(Err(Refusal::NoGroup { group_id }));
+    }
+    Ok(by_group)
+}
+
 /// The group and the user's membership, found in one query; a refusal when the group does not
 /// exist or the user is not in it.
 pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Checked<Membership> {
+    // Its own query rather than `member_of_groups` with one id: a fixed text that both
+    // engines keep prepared, on the path of every request about a group.
     let found: Option<(GroupRow, Option<MemberRow>)> = groups::table
         .left_join(
             group_members::table.on(group_members::group_id
@@ -129,7 +158,16 @@ pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Chec
         .optional()?;
     Ok(match found {
         None => Err(Refusal::NoGroup { group_id }),
-        Some((_, None)) => Err(Refusal::NotMember { group_id }),
-        Some((group, Some(member))) => Ok(Membership { group, member }),
+        Some((group, member)) => membership(group, member),
     })
+}
+
+/// The membership a found group and member row make; a refusal when there is no member row.
+fn membership(group: GroupRow, member: Option<MemberRow>) -> Result<Membership, Refusal> {
+    match member {
+        None => Err(Refusal::NotMember {
+            group_id: group.group_id,
+        }),
+        Some(member) => Ok(Membership { group, member }),
+    }
 }

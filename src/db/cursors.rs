@@ -2,14 +2,16 @@
 
 use diesel::QueryResult;
 
-use super::access::{member_of, Checked, Membership, Refusal};
-use super::devices::{advance_device, device_ack};
-use super::member_events::{record_member_events, Cause, MemberEventKind};
-use super::members::{advance_member, Advance, MemberCursorsAfter};
+use std::collections::HashMap;
+
+use super::access::{member_of_groups, Checked, Membership, Refusal};
+use super::devices::{advance_devices, device_acks};
+use super::member_events::{record_user_events, Cause, MemberEventKind};
+use super::members::{advance_members, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
-use super::push_due::note_read_on_device;
-use super::receipts::record_change;
-use super::unread::{above_read, UnreadInputs};
+use super::push_due::note_reads_on_device;
+use super::receipts::record_changes;
+use super::unread::{above_read_in_groups, AboveRead, UnreadInputs};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::refuse_unless;
@@ -40,8 +42,12 @@ pub struct CursorState {
 }
 
 /// Applies every ack or none (run it through `Db::write_checked`): a refused entry refuses the
-/// batch ([`Refusal::InBatch`] says which) and the write rolls back. An ack writes a few rows however many messages it covers, and an ack that would not
-/// move a cursor writes nothing.
+/// batch ([`Refusal::InBatch`] says which) and the write rolls back. An ack writes a few rows
+/// however many messages it covers, and an ack that would not move a cursor writes nothing.
+/// Set-based: however many groups, a batch takes the same few statements as one group (the
+/// memberships, the device's cursors, the moves, their effects, the counts). A group named
+/// more than once is acked once per round, in request order, as if the acks came one after
+/// another: the answer to each says where that ack left the cursors.
 pub fn ack(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -49,21 +55,194 @@ pub fn ack(
     acks: &[AckRequest],
     wakes: &mut Wakes,
 ) -> Checked<Vec<CursorState>> {
-    // Rows are locked in group order whatever the request's order, as every other write that
-    // touches several groups does, so two batches cannot deadlock each other.
-    let mut order: Vec<usize> = (0..acks.len()).collect();
-    order.sort_by_key(|&i| acks[i].group_id);
     let mut states: Vec<Option<CursorState>> = vec![None; acks.len()];
+    for round in rounds(acks) {
+        for (index, state) in refuse_unless!(ack_round(conn, user_id, device, acks, &round, wakes)?)
+        {
+            states[index] = Some(state);
+        }
+    }
+    Ok(Ok(states.into_iter().flatten().collect()))
+}
+
+/// The acks' indexes in rounds that name each group at most once: the first ack of every
+/// group, then the second, and so on.
+fn rounds(acks: &[AckRequest]) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (index, ack) in acks.iter().enumerate() {
+        let round = seen.entry(ack.group_id).or_insert(0);
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(index);
+        *round += 1;
+    }
+    rounds
+}
+
+/// One round of [`ack`]: the acks at `indexes`, each of another group. Returns each ack's index
+/// with its state.
+fn ack_round(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    device: Option<&DeviceId>,
+    acks: &[AckRequest],
+    indexes: &[usize],
+    wakes: &mut Wakes,
+) -> Checked<Vec<(usize, CursorState)>> {
+    // Planned and written in group order whatever the request's order, as every other write
+    // that touches several groups does, so two batches cannot deadlock each other.
+    let mut order: Vec<usize> = indexes.to_vec();
+    order.sort_by_key(|&i| acks[i].group_id);
+    let group_ids: Vec<i64> = order.iter().map(|&i| acks[i].group_id).collect();
+    let mut memberships = member_of_groups(conn, &group_ids, user_id)?;
+    let device_acks: HashMap<i64, i64> = match device {
+        Some(d) => device_acks(conn, &group_ids, user_id, d)?
+            .into_iter()
+            .collect(),
+        None => HashMap::new(),
+    };
+    let mut plans = Vec::with_capacity(acks.len());
     for index in order {
-        let state = ack_one(conn, user_id, device, &acks[index], wakes)?;
-        states[index] = Some(refuse_unless!(state.map_err(|refusal| {
+        let request = &acks[index];
+        let membership = memberships
+            .remove(&request.group_id)
+            .unwrap_or(Err(Refusal::NoGroup {
+                group_id: request.group_id,
+            }));
+        let planned =
+            membership.and_then(|m| AckPlan::new(index, request, m, device, &device_acks));
+        plans.push(refuse_unless!(planned.map_err(|refusal| {
             Refusal::InBatch {
                 index,
                 refusal: Box::new(refusal),
             }
         })));
     }
-    Ok(Ok(states.into_iter().flatten().collect()))
+    let moved: HashMap<i64, MemberCursorsAfter> =
+        advance_members(conn, user_id, &member_moves(&plans))?
+            .into_iter()
+            .collect();
+    if let Some(d) = device {
+        let device_moves: Vec<(GroupId, MsgId)> = plans
+            .iter()
+            .filter_map(|p| p.device_to.map(|to| (GroupId(p.state.group_id), MsgId(to))))
+            .collect();
+        for (group_id, acked) in advance_devices(conn, user_id, d, &device_moves)? {
+            if let Some(plan) = plans.iter_mut().find(|p| p.state.group_id == group_id) {
+                plan.state.last_ack_msg_id = acked;
+            }
+        }
+    }
+    for plan in &mut plans {
+        if plan.advance.is_none() {
+            continue;
+        }
+        let Some(after) = moved.get(&plan.state.group_id) else {
+            // The membership row vanished between the read and the write: removed meanwhile.
+            let refusal = Refusal::NotMember {
+                group_id: plan.state.group_id,
+            };
+            return Ok(Err(Refusal::InBatch {
+                index: plan.index,
+                refusal: Box::new(refusal),
+            }));
+        };
+        plan.apply(after, device.is_none());
+    }
+    record_effects(conn, user_id, &plans, device, wakes)?;
+    let above: HashMap<i64, AboveRead> = above_read_in_groups(conn, &group_ids, user_id)?
+        .into_iter()
+        .collect();
+    for plan in &mut plans {
+        if let Some(counts) = above.get(&plan.state.group_id) {
+            plan.state.not_counted_above_read = counts.not_counted;
+            plan.state.unread_mention_count = counts.mentions;
+        }
+    }
+    if let Some(d) = device {
+        let reads: Vec<(GroupId, i64)> = plans
+            .iter()
+            .filter(|p| p.state.read_moved)
+            .map(|p| (GroupId(p.state.group_id), p.state.unread().unread_count()))
+            .collect();
+        note_reads_on_device(conn, d.as_str(), &reads)?;
+    }
+    Ok(Ok(plans.into_iter().map(|p| (p.index, p.state)).collect()))
+}
+
+/// What one ack of a batch will do, decided from the rows read before any write.
+struct AckPlan {
+    /// The ack's place in the request.
+    index: usize,
+    member: MemberRow,
+    state: CursorState,
+    /// The membership row's move; None when the ack leaves it as it is.
+    advance: Option<Advance>,
+    /// The named device's delivered cursor's move.
+    device_to: Option<i64>,
+    /// The delivered-anywhere cursor after the ack.
+    delivered_after: i64,
+}
+
+impl AckPlan {
+    fn new(
+        index: usize,
+        request: &AckRequest,
+        membership: Membership,
+        device: Option<&DeviceId>,
+        device_acks: &HashMap<i64, i64>,
+    ) -> Result<AckPlan, Refusal> {
+        let (ack_to, read_to) = targets(request, &membership)?;
+        let Membership { group, member } = membership;
+        let device_ack_before = match device {
+            None => member.last_ack_msg_id,
+            Some(_) => device_acks
+                .get(&group.group_id)
+                .copied()
+                .unwrap_or(member.joined_after_msg_id),
+        };
+        let state = CursorState::before(&member, group.last_msg_id, device_ack_before);
+        let mut plan = AckPlan {
+            index,
+            delivered_after: member.delivered_msg_id,
+            member,
+            state,
+            advance: None,
+            device_to: None,
+        };
+        if ack_to <= device_ack_before && read_to <= plan.member.last_read_msg_id {
+            return Ok(plan);
+        }
+        // A device catching up on what another device already had leaves the membership row
+        // (receipts, the read position) as it is.
+        let member = &plan.member;
+        let member_moves = read_to > member.last_read_msg_id
+            || ack_to > member.delivered_msg_id
+            || (device.is_none() && ack_to > member.last_ack_msg_id);
+        plan.advance = member_moves.then_some(Advance {
+            default_ack_to: if device.is_none() { ack_to } else { 0 },
+            read_to,
+            delivered_to: ack_to,
+        });
+        plan.device_to = device.map(|_| ack_to);
+        Ok(plan)
+    }
+
+    /// The membership row as the move left it.
+    fn apply(&mut self, after: &MemberCursorsAfter, default_device: bool) {
+        let state = &mut self.state;
+        if default_device {
+            state.last_ack_msg_id = after.last_ack_msg_id;
+        }
+        state.last_read_msg_id = after.last_read_msg_id;
+        state.own_msgs_after_read = after.own_msgs_after_read;
+        state.read_moved = after.last_read_msg_id > self.member.last_read_msg_id;
+        state.receipts_changed =
+            state.read_moved || after.delivered_msg_id > self.member.delivered_msg_id;
+        self.delivered_after = after.delivered_msg_id;
+    }
 }
 
 /// Where one ack moves the caller's cursors: reading implies delivery to this device, and an
@@ -82,64 +261,11 @@ fn targets(request: &AckRequest, membership: &Membership) -> Result<(i64, i64), 
     Ok((ack_to, read_to))
 }
 
-fn ack_one(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    device: Option<&DeviceId>,
-    request: &AckRequest,
-    wakes: &mut Wakes,
-) -> Checked<CursorState> {
-    let group_id = request.group_id;
-    let membership = refuse_unless!(member_of(conn, group_id, user_id)?);
-    let (ack_to, read_to) = refuse_unless!(targets(request, &membership));
-    let Membership { group, member } = membership;
-    let device_ack_before = match device {
-        None => member.last_ack_msg_id,
-        Some(d) => {
-            device_ack(conn, GroupId(group_id), user_id, d)?.unwrap_or(member.joined_after_msg_id)
-        }
-    };
-    let mut state = CursorState::before(&member, group.last_msg_id, device_ack_before);
-    if ack_to <= device_ack_before && read_to <= member.last_read_msg_id {
-        return Ok(Ok(state.with_counts(conn, user_id)?));
-    }
-    // A device catching up on what another device already had leaves the membership row
-    // (receipts, the read position) as it is.
-    let member_moves = read_to > member.last_read_msg_id
-        || ack_to > member.delivered_msg_id
-        || (device.is_none() && ack_to > member.last_ack_msg_id);
-    // The membership row is locked before the device's row, the order a send takes them in,
-    // so an ack and a send from one device cannot deadlock.
-    let after = if member_moves {
-        let advance = Advance {
-            default_ack_to: if device.is_none() { ack_to } else { 0 },
-            read_to,
-            delivered_to: ack_to,
-        };
-        Some(advance_member(conn, group_id, user_id, advance)?)
-    } else {
-        None
-    };
-    if let Some(d) = device {
-        state.last_ack_msg_id = advance_device(conn, GroupId(group_id), user_id, d, MsgId(ack_to))?;
-    }
-    let Some(after) = after else {
-        return Ok(Ok(state.with_counts(conn, user_id)?));
-    };
-    if device.is_none() {
-        state.last_ack_msg_id = after.last_ack_msg_id;
-    }
-    state.last_read_msg_id = after.last_read_msg_id;
-    state.own_msgs_after_read = after.own_msgs_after_read;
-    state.read_moved = after.last_read_msg_id > member.last_read_msg_id;
-    state.receipts_changed = state.read_moved || after.delivered_msg_id > member.delivered_msg_id;
-    record_effects(conn, &member, &after, &state, device, wakes)?;
-    let state = state.with_counts(conn, user_id)?;
-    if let (Some(d), true) = (device, state.read_moved) {
-        let unread = state.unread().unread_count();
-        note_read_on_device(conn, d.as_str(), GroupId(group_id), unread)?;
-    }
-    Ok(Ok(state))
+fn member_moves(plans: &[AckPlan]) -> Vec<(i64, Advance)> {
+    plans
+        .iter()
+        .filter_map(|p| p.advance.map(|a| (p.state.group_id, a)))
+        .collect()
 }
 
 impl CursorState {
@@ -166,42 +292,41 @@ impl CursorState {
             not_counted_above_read: self.not_counted_above_read,
         }
     }
-
-    /// The state with the figures read off the index ranges above the read cursor.
-    fn with_counts(mut self, conn: &mut AnyConnection, user_id: &str) -> QueryResult<Self> {
-        let above = above_read(conn, GroupId(self.group_id), user_id)?;
-        self.not_counted_above_read = above.not_counted;
-        self.unread_mention_count = above.mentions;
-        Ok(self)
-    }
 }
 
-/// What a cursor move causes beyond the row: a receipt change for the senders whose messages'
-/// counts may have changed, and a member event for the user's other devices.
+/// What the cursor moves cause beyond the rows: a receipt change for the senders whose
+/// messages' counts may have changed, and a member event for the user's other devices. One
+/// statement each for the whole batch.
 fn record_effects(
     conn: &mut AnyConnection,
-    before: &MemberRow,
-    after: &MemberCursorsAfter,
-    state: &CursorState,
+    user_id: &str,
+    plans: &[AckPlan],
     device: Option<&DeviceId>,
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
-    let (group_id, user_id) = (before.group_id, before.user_id.as_str());
-    if state.receipts_changed {
-        // Receipts of messages after the old read cursor, up to the new delivered one, may
-        // have changed: one row for the whole range, however many messages it covers.
-        let (from, to) = (before.last_read_msg_id, after.delivered_msg_id);
-        record_change(conn, GroupId(group_id), user_id, MsgId(from), MsgId(to))?;
-        wakes.record(WakeEvent::CursorMoved(group_id));
+    // Receipts of messages after the old read cursor, up to the new delivered one, may have
+    // changed: one row for the whole range, however many messages it covers.
+    let changes: Vec<(GroupId, MsgId, MsgId)> = plans
+        .iter()
+        .filter(|p| p.state.receipts_changed)
+        .map(|p| {
+            let group_id = GroupId(p.state.group_id);
+            let from = MsgId(p.member.last_read_msg_id);
+            (group_id, from, MsgId(p.delivered_after))
+        })
+        .collect();
+    record_changes(conn, user_id, &changes)?;
+    for (group_id, _, _) in &changes {
+        wakes.record(WakeEvent::CursorMoved(group_id.0));
     }
-    if state.read_moved {
-        record_member_events(
-            conn,
-            group_id,
-            &[user_id],
-            MemberEventKind::Read,
-            Cause::Device(device),
-        )?;
+    let reads: Vec<i64> = plans
+        .iter()
+        .filter(|p| p.state.read_moved)
+        .map(|p| p.state.group_id)
+        .collect();
+    if !reads.is_empty() {
+        let cause = Cause::Device(device);
+        record_user_events(conn, user_id, &reads, MemberEventKind::Read, cause)?;
         wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
     Ok(())

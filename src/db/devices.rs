@@ -8,10 +8,11 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::BigInt;
 
 use super::models::now_utc;
 use super::push_targets::delete_push_target;
+use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
@@ -211,35 +212,68 @@ pub fn device_ack(
         .optional()
 }
 
+/// A named device's delivered cursors in several groups, by group; a group where the device
+/// never acked is missing.
+pub fn device_acks(
+    conn: &mut AnyConnection,
+    group_ids: &[i64],
+    user_id: &str,
+    device: &DeviceId,
+) -> QueryResult<Vec<(i64, i64)>> {
+    device_cursors::table
+        .filter(device_cursors::user_id.eq(user_id))
+        .filter(device_cursors::device_id.eq(device.as_str()))
+        .filter(device_cursors::group_id.eq_any(group_ids))
+        .select((device_cursors::group_id, device_cursors::last_ack_msg_id))
+        .load(conn)
+}
+
 #[derive(QueryableByName)]
 struct AckedTo {
+    #[diesel(sql_type = BigInt)]
+    group_id: i64,
     #[diesel(sql_type = BigInt)]
     last_ack_msg_id: i64,
 }
 
-/// Moves a named device's delivered cursor to at least `ack_to`, creating its row on the
-/// first ack; never backwards. Returns the cursor after the move.
-pub fn advance_device(
+/// Moves a named device's delivered cursor in each group to at least the given id, creating
+/// its row on the first ack; never backwards. One statement; rows are written (and on
+/// PostgreSQL locked) in the order of `moves`. Returns each group's cursor after the move.
+pub fn advance_devices(
     conn: &mut AnyConnection,
-    group_id: GroupId,
     user_id: &str,
     device: &DeviceId,
-    ack_to: MsgId,
-) -> QueryResult<i64> {
-    let row: AckedTo = diesel::sql_query(
-        "INSERT INTO device_cursors (group_id, user_id, device_id, last_ack_msg_id) \
-         VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (group_id, user_id, device_id) DO UPDATE SET last_ack_msg_id = \
-           CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
-                THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END \
-         RETURNING last_ack_msg_id",
-    )
-    .bind::<BigInt, _>(group_id)
-    .bind::<Text, _>(user_id)
-    .bind::<Text, _>(device.as_str())
-    .bind::<BigInt, _>(ack_to)
-    .get_result(conn)?;
-    Ok(row.last_ack_msg_id)
+    moves: &[(GroupId, MsgId)],
+) -> QueryResult<Vec<(i64, i64)>> {
+    if moves.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut query = RawSql::default()
+        .sql("INSERT INTO device_cursors (group_id, user_id, device_id, last_ack_msg_id) VALUES ");
+    for (i, (group_id, ack_to)) in moves.iter().enumerate() {
+        query = query
+            .sql(if i == 0 { "(" } else { ", (" })
+            .int(group_id.0)
+            .sql(", ")
+            .text(user_id)
+            .sql(", ")
+            .text(device.as_str())
+            .sql(", ")
+            .int(ack_to.0)
+            .sql(")");
+    }
+    let acked: Vec<AckedTo> = query
+        .sql(
+            " ON CONFLICT (group_id, user_id, device_id) DO UPDATE SET last_ack_msg_id = \
+               CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
+                    THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END \
+             RETURNING group_id, last_ack_msg_id",
+        )
+        .load(conn)?;
+    Ok(acked
+        .into_iter()
+        .map(|row| (row.group_id, row.last_ack_msg_id))
+        .collect())
 }
 
 /// After the device sent `msg_id`: its cursor moves onto it only if it had everything before.

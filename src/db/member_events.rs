@@ -69,11 +69,36 @@ pub fn record_member_events(
     kind: MemberEventKind,
     cause: Cause<'_>,
 ) -> QueryResult<()> {
+    let pairs: Vec<(i64, &str)> = users.iter().map(|&user_id| (group_id, user_id)).collect();
+    insert_events(conn, &pairs, kind, cause)
+}
+
+/// Records one change for `user_id` in each of `group_ids`.
+pub fn record_user_events(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    group_ids: &[i64],
+    kind: MemberEventKind,
+    cause: Cause<'_>,
+) -> QueryResult<()> {
+    let pairs: Vec<(i64, &str)> = group_ids
+        .iter()
+        .map(|&group_id| (group_id, user_id))
+        .collect();
+    insert_events(conn, &pairs, kind, cause)
+}
+
+fn insert_events(
+    conn: &mut AnyConnection,
+    pairs: &[(i64, &str)],
+    kind: MemberEventKind,
+    cause: Cause<'_>,
+) -> QueryResult<()> {
     let now = now_utc();
     let device_id = cause.column();
-    let rows: Vec<NewMemberEvent> = users
+    let rows: Vec<NewMemberEvent> = pairs
         .iter()
-        .map(|user_id| NewMemberEvent {
+        .map(|&(group_id, user_id)| NewMemberEvent {
             user_id,
             group_id,
             kind: kind.as_str(),

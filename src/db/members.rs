@@ -10,6 +10,7 @@ use super::devices;
 use super::groups::{count_members, lock_last_msg_id};
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
+use super::raw_sql::RawSql;
 use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
@@ -211,47 +212,80 @@ fn move_if_at(column: &str, from: i64, to: i64) -> SqlLiteral<BigInt> {
     ))
 }
 
-/// Moves a member's cursors forward in one statement, so racing acks cannot lower each other
-/// and the count of their own messages above the read cursor moves with the cursor (the
-/// sender index bounds that count to their own messages in the range the cursor passes).
-pub fn advance_member(
+/// Moves one member's cursors forward in each of several groups, in one statement, so racing
+/// acks cannot lower each other and the count of their own messages above the read cursor
+/// moves with the cursor (the sender index bounds that count to their own messages in the
+/// range the cursor passes). Returns the cursors after the move by group; a group whose
+/// membership row is gone (removed since it was read) is missing.
+///
+/// On PostgreSQL the rows are locked as the join reaches them: in the order of `moves`, which
+/// the caller sorts by group like every write that touches several groups.
+pub fn advance_members(
     conn: &mut AnyConnection,
-    group_id: i64,
     user_id: &str,
-    to: Advance,
-) -> QueryResult<MemberCursorsAfter> {
-    let read_to = to.read_to;
-    // SET expressions all see the row as it was before the update, on both engines.
-    let own_after = sql::<BigInt>(&format!(
-        "CASE WHEN last_read_msg_id < {read_to} THEN own_msgs_after_read - \
-           (SELECT count(*) FROM group_msgs m \
-            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
-              AND m.kind = 'message' \
-              AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= {read_to}) \
-         ELSE own_msgs_after_read END"
-    ));
-    diesel::update(group_members::table.find((group_id, user_id)))
-        .set((
-            group_members::last_ack_msg_id.eq(forward_to("last_ack_msg_id", to.default_ack_to)),
-            group_members::own_msgs_after_read.eq(own_after),
-            group_members::last_read_msg_id.eq(forward_to("last_read_msg_id", read_to)),
-            group_members::delivered_msg_id.eq(forward_to("delivered_msg_id", to.delivered_to)),
-        ))
-        .returning(MEMBER_CURSORS)
-        .get_result(conn)
+    moves: &[(i64, Advance)],
+) -> QueryResult<Vec<(i64, MemberCursorsAfter)>> {
+    if moves.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<Vec<i64>> = moves
+        .iter()
+        .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
+        .collect();
+    // SET expressions all see the row as it was before the update, on both engines; a
+    // default_ack_to of 0 never moves a cursor, which is at least 0.
+    let query = RawSql::default()
+        .sql(
+            "UPDATE group_members SET \
+               last_ack_msg_id = CASE WHEN last_ack_msg_id < t.ack_to THEN t.ack_to \
+                 ELSE last_ack_msg_id END, \
+               own_msgs_after_read = CASE WHEN last_read_msg_id < t.read_to \
+                 THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
+                   WHERE m.group_id = group_members.group_id \
+                     AND m.sender_id = group_members.user_id AND m.kind = 'message' \
+                     AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= t.read_to) \
+                 ELSE own_msgs_after_read END, \
+               last_read_msg_id = CASE WHEN last_read_msg_id < t.read_to THEN t.read_to \
+                 ELSE last_read_msg_id END, \
+               delivered_msg_id = CASE WHEN delivered_msg_id < t.delivered_to \
+                 THEN t.delivered_to ELSE delivered_msg_id END \
+             FROM ",
+        )
+        .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
+        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = ")
+        .text(user_id)
+        .sql(
+            " RETURNING group_id, last_ack_msg_id, last_read_msg_id, delivered_msg_id, \
+             own_msgs_after_read",
+        );
+    let moved: Vec<MovedMember> = query.load(conn)?;
+    Ok(moved
+        .into_iter()
+        .map(|m| {
+            let after = MemberCursorsAfter {
+                last_ack_msg_id: m.last_ack_msg_id,
+                last_read_msg_id: m.last_read_msg_id,
+                delivered_msg_id: m.delivered_msg_id,
+                own_msgs_after_read: m.own_msgs_after_read,
+            };
+            (m.group_id, after)
+        })
+        .collect())
 }
 
-const MEMBER_CURSORS: (
-    group_members::last_ack_msg_id,
-    group_members::last_read_msg_id,
-    group_members::delivered_msg_id,
-    group_members::own_msgs_after_read,
-) = (
-    group_members::last_ack_msg_id,
-    group_members::last_read_msg_id,
-    group_members::delivered_msg_id,
-    group_members::own_msgs_after_read,
-);
+#[derive(diesel::QueryableByName)]
+struct MovedMember {
+    #[diesel(sql_type = BigInt)]
+    group_id: i64,
+    #[diesel(sql_type = BigInt)]
+    last_ack_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
+    last_read_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
+    delivered_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
+    own_msgs_after_read: i64,
+}
 
 /// After the member wrote entry `msg_id` to the group's log: each cursor that was at the entry
 /// before it (they had everything) moves onto it; a read cursor that stays behind counts one

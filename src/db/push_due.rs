@@ -221,24 +221,27 @@ pub fn mark_told(
     Ok(())
 }
 
-/// After the device itself moved its user's read cursor: it knows the group's new unread
-/// count, so lowering its badge by push would only repeat it. One update by key, of no row
-/// for devices without a push target.
-pub fn note_read_on_device(
+/// After the device itself moved its user's read cursor in these groups: it knows each
+/// group's new unread count, so lowering its badge by push would only repeat it. One update,
+/// of no row for devices without a push target.
+pub fn note_reads_on_device(
     conn: &mut AnyConnection,
     device_id: &str,
-    group_id: GroupId,
-    unread_count: i64,
+    unread_by_group: &[(GroupId, i64)],
 ) -> QueryResult<()> {
+    if unread_by_group.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Vec<i64>> = unread_by_group
+        .iter()
+        .map(|&(group_id, unread)| vec![group_id.0, unread])
+        .collect();
     RawSql::default()
-        .sql("UPDATE push_group_state SET notified_unread = ")
-        .int(unread_count)
-        .sql(" WHERE device_id = ")
+        .sql("UPDATE push_group_state SET notified_unread = t.unread FROM ")
+        .int_rows("t", &["g", "unread"], &rows)
+        .sql(" WHERE push_group_state.device_id = ")
         .text(device_id)
-        .sql(" AND group_id = ")
-        .int(group_id.0)
-        .sql(" AND notified_unread > ")
-        .int(unread_count)
+        .sql(" AND push_group_state.group_id = t.g AND push_group_state.notified_unread > t.unread")
         .execute(conn)
         .map(|_| ())
 }

@@ -53,6 +53,45 @@ impl RawSql {
         self.push_placeholder()
     }
 
+    /// Appends `(v1, v2, ...)`, a list for `IN`, binding each value. `values` must not be
+    /// empty (`IN ()` is an error on PostgreSQL).
+    pub fn int_list(mut self, values: &[i64]) -> Self {
+        debug_assert!(!values.is_empty(), "an empty IN list");
+        self.text.push('(');
+        for (i, &value) in values.iter().enumerate() {
+            if i > 0 {
+                self.text.push_str(", ");
+            }
+            self = self.int(value);
+        }
+        self.text.push(')');
+        self
+    }
+
+    /// Appends a table of integer rows named `alias` with the given `columns`, for a join in
+    /// `FROM`: `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`.
+    /// Both engines name a VALUES list's columns `column1`, `column2`, …; neither spells a
+    /// column alias list on it the same way. Every row has one value per column, and there is
+    /// at least one row.
+    pub fn int_rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<i64>]) -> Self {
+        debug_assert!(!rows.is_empty(), "an empty VALUES list");
+        let names: Vec<String> = (1..=columns.len())
+            .zip(columns)
+            .map(|(n, name)| format!("column{n} AS {name}"))
+            .collect();
+        self.text
+            .push_str(&format!("(SELECT {} FROM (VALUES ", names.join(", ")));
+        for (i, row) in rows.iter().enumerate() {
+            debug_assert_eq!(row.len(), columns.len(), "one value per column");
+            if i > 0 {
+                self.text.push_str(", ");
+            }
+            self = self.int_list(row);
+        }
+        self.text.push_str(&format!(") AS v) AS {alias}"));
+        self
+    }
+
     fn push_placeholder(mut self) -> Self {
         let n = self.binds.len();
         self.text.push_str(&format!("${n}"));
@@ -103,5 +142,20 @@ mod tests {
             .text("x");
         assert_eq!(q.as_text(), "SELECT 1 WHERE a = $1 AND b > $2 AND c = $3");
         assert_eq!(q.binds.len(), 3);
+    }
+
+    #[test]
+    fn integer_rows_become_a_named_table_of_placeholders() {
+        let q = RawSql::default()
+            .sql("SELECT t.a FROM ")
+            .int_rows("t", &["a", "b"], &[vec![1, 2], vec![3, 4]])
+            .sql(" WHERE t.a IN ")
+            .int_list(&[1, 3]);
+        assert_eq!(
+            q.as_text(),
+            "SELECT t.a FROM (SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ($3, $4)) \
+             AS v) AS t WHERE t.a IN ($5, $6)"
+        );
+        assert_eq!(q.binds.len(), 6);
     }
 }

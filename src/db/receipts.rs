@@ -91,16 +91,32 @@ pub fn record_change(
     from_msg_id: MsgId,
     to_msg_id: MsgId,
 ) -> QueryResult<()> {
-    diesel::insert_into(receipt_events::table)
-        .values(&NewReceiptEvent {
+    record_changes(conn, reader_id, &[(group_id, from_msg_id, to_msg_id)])
+}
+
+/// [`record_change`] for several groups of one reader, in one statement per 500 groups.
+pub fn record_changes(
+    conn: &mut AnyConnection,
+    reader_id: &str,
+    ranges: &[(GroupId, MsgId, MsgId)],
+) -> QueryResult<()> {
+    let created_at = now_utc();
+    let rows: Vec<NewReceiptEvent> = ranges
+        .iter()
+        .map(|&(group_id, from, to)| NewReceiptEvent {
             group_id: group_id.0,
             reader_id,
-            from_msg_id: from_msg_id.0,
-            to_msg_id: to_msg_id.0,
-            created_at: now_utc(),
+            from_msg_id: from.0,
+            to_msg_id: to.0,
+            created_at,
         })
-        .execute(conn)
-        .map(|_| ())
+        .collect();
+    for chunk in rows.chunks(500) {
+        crate::on_engine!(conn, |c| diesel::insert_into(receipt_events::table)
+            .values(chunk)
+            .execute(c))?;
+    }
+    Ok(())
 }
 
 /// Deletes up to `batch` receipt changes older than `cutoff`; returns how many went. Small

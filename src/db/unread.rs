@@ -23,10 +23,10 @@
 //! query whose FROM names that table without an alias.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::BigInt;
 
+use super::raw_sql::RawSql;
 use super::AnyConnection;
-use crate::domain::GroupId;
 
 /// Entries above the member's read cursor that never count as unread.
 pub const NOT_COUNTED_ABOVE_READ: &str = "(SELECT count(*) FROM group_msgs nc \
@@ -81,20 +81,34 @@ pub struct AboveRead {
 }
 
 /// The entries above one member's read cursor that the unread rule skips, and their unread
-/// mentions, as the membership row stands now (inside a write: after its update).
-pub fn above_read(
+/// mentions, in each of several groups, as the membership rows stand now (inside a write:
+/// after their update). One query, by group.
+pub fn above_read_in_groups(
     conn: &mut AnyConnection,
-    group_id: GroupId,
+    group_ids: &[i64],
     user_id: &str,
-) -> QueryResult<AboveRead> {
-    diesel::sql_query(format!(
-        "SELECT CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
-                CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
-         FROM group_members WHERE group_id = $1 AND user_id = $2"
-    ))
-    .bind::<BigInt, _>(group_id)
-    .bind::<Text, _>(user_id)
-    .get_result(conn)
+) -> QueryResult<Vec<(i64, AboveRead)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        group_id: i64,
+        #[diesel(embed)]
+        above: AboveRead,
+    }
+    if group_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<Row> = RawSql::default()
+        .sql(&format!(
+            "SELECT group_id, CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
+                    CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
+             FROM group_members WHERE user_id = "
+        ))
+        .text(user_id)
+        .sql(" AND group_id IN ")
+        .int_list(group_ids)
+        .load(conn)?;
+    Ok(rows.into_iter().map(|r| (r.group_id, r.above)).collect())
 }
 
 #[cfg(test)]
