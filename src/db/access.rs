@@ -120,6 +120,12 @@ pub fn member_of_groups(
     group_ids: &[i64],
     user_id: &str,
 ) -> QueryResult<std::collections::HashMap<i64, Result<Membership, Refusal>>> {
+    if let [group_id] = *group_ids {
+        // The common case of one group takes the query every engine keeps prepared (a list
+        // of ids is prepared anew each time on SQLite).
+        let checked = member_of(conn, group_id, user_id)?;
+        return Ok(std::collections::HashMap::from([(group_id, checked)]));
+    }
     let found: Vec<(GroupRow, Option<MemberRow>)> = groups::table
         .left_join(
             group_members::table.on(group_members::group_id
@@ -144,8 +150,6 @@ pub fn member_of_groups(
 /// The group and the user's membership, found in one query; a refusal when the group does not
 /// exist or the user is not in it.
 pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Checked<Membership> {
-    // Its own query rather than `member_of_groups` with one id: a fixed text that both
-    // engines keep prepared, on the path of every request about a group.
     let found: Option<(GroupRow, Option<MemberRow>)> = groups::table
         .left_join(
             group_members::table.on(group_members::group_id

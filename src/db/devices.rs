@@ -220,6 +220,11 @@ pub fn device_acks(
     user_id: &str,
     device: &DeviceId,
 ) -> QueryResult<Vec<(i64, i64)>> {
+    if let [group_id] = *group_ids {
+        // One group by key: a fixed text both engines keep prepared.
+        let acked = device_ack(conn, GroupId(group_id), user_id, device)?;
+        return Ok(acked.map(|a| (group_id, a)).into_iter().collect());
+    }
     device_cursors::table
         .filter(device_cursors::user_id.eq(user_id))
         .filter(device_cursors::device_id.eq(device.as_str()))

@@ -228,31 +228,51 @@ pub fn advance_members(
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<Vec<i64>> = moves
-        .iter()
-        .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
-        .collect();
-    // SET expressions all see the row as it was before the update, on both engines; a
-    // default_ack_to of 0 never moves a cursor, which is at least 0.
-    let query = RawSql::default()
-        .sql(
+    // SET expressions all see the row as it was before the update, on both engines; an
+    // ack_to of 0 never moves a cursor, which is at least 0.
+    let set = |ack_to: &str, read_to: &str, delivered_to: &str| {
+        format!(
             "UPDATE group_members SET \
-               last_ack_msg_id = CASE WHEN last_ack_msg_id < t.ack_to THEN t.ack_to \
+               last_ack_msg_id = CASE WHEN last_ack_msg_id < {ack_to} THEN {ack_to} \
                  ELSE last_ack_msg_id END, \
-               own_msgs_after_read = CASE WHEN last_read_msg_id < t.read_to \
+               own_msgs_after_read = CASE WHEN last_read_msg_id < {read_to} \
                  THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
                    WHERE m.group_id = group_members.group_id \
                      AND m.sender_id = group_members.user_id AND m.kind = 'message' \
-                     AND m.msg_id > group_members.last_read_msg_id AND m.msg_id <= t.read_to) \
+                     AND m.msg_id > group_members.last_read_msg_id \
+                     AND m.msg_id <= {read_to}) \
                  ELSE own_msgs_after_read END, \
-               last_read_msg_id = CASE WHEN last_read_msg_id < t.read_to THEN t.read_to \
+               last_read_msg_id = CASE WHEN last_read_msg_id < {read_to} THEN {read_to} \
                  ELSE last_read_msg_id END, \
-               delivered_msg_id = CASE WHEN delivered_msg_id < t.delivered_to \
-                 THEN t.delivered_to ELSE delivered_msg_id END \
-             FROM ",
+               delivered_msg_id = CASE WHEN delivered_msg_id < {delivered_to} \
+                 THEN {delivered_to} ELSE delivered_msg_id END"
         )
-        .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
-        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = ")
+    };
+    let query = if let [(group_id, to)] = moves {
+        // One group (the ack of one group): by key, its integers written into the text. The
+        // join to a one-row table made single acks about a quarter slower on SQLite.
+        let (ack, read, delivered) = (to.default_ack_to, to.read_to, to.delivered_to);
+        RawSql::default()
+            .sql(&set(
+                &ack.to_string(),
+                &read.to_string(),
+                &delivered.to_string(),
+            ))
+            .sql(" WHERE group_members.group_id = ")
+            .int(*group_id)
+    } else {
+        let rows: Vec<Vec<i64>> = moves
+            .iter()
+            .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
+            .collect();
+        RawSql::default()
+            .sql(&set("t.ack_to", "t.read_to", "t.delivered_to"))
+            .sql(" FROM ")
+            .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
+            .sql(" WHERE group_members.group_id = t.g")
+    };
+    let query = query
+        .sql(" AND group_members.user_id = ")
         .text(user_id)
         .sql(
             " RETURNING group_id, last_ack_msg_id, last_read_msg_id, delivered_msg_id, \
