@@ -244,6 +244,29 @@ impl TestApp {
 }
 
 impl TestApp {
+    /// The user ids the mentions table holds rows for, for one message, read straight from
+    /// storage (the API reports counts, which cannot tell a row per member from a flag).
+    pub async fn stored_mention_rows(&self, group_id: i64, msg_id: i64) -> Vec<String> {
+        use chorus::schema::mentions;
+        use diesel::prelude::*;
+        let url = self.database_url.clone();
+        tokio::task::spawn_blocking(move || {
+            let settings = chorus::db::DbSettings::for_url(&url);
+            let mut conn = chorus::db::connect_once(&settings).expect("open the test database");
+            mentions::table
+                .filter(mentions::group_id.eq(group_id))
+                .filter(mentions::msg_id.eq(msg_id))
+                .select(mentions::user_id)
+                .order(mentions::user_id)
+                .load::<String>(&mut conn)
+                .expect("read the mentions table")
+        })
+        .await
+        .expect("database check")
+    }
+}
+
+impl TestApp {
     /// The value of the unlabelled series `name` on /metrics, when it is exported.
     pub async fn metric(&self, name: &str) -> Option<f64> {
         let text = self

@@ -13,6 +13,8 @@ on_both_engines!(
     the_owner_deletes_any_message_and_only_the_owner_may,
     only_the_sender_recalls_or_edits_and_nothing_is_stored_when_refused,
     changes_are_idempotent_by_client_msg_id,
+    an_edit_retried_with_its_client_msg_id_is_stored_once_whatever_the_body,
+    a_delete_retried_with_its_client_msg_id_is_stored_once_whatever_the_target,
     unread_counts_drop_when_unread_messages_are_recalled_or_deleted,
     a_recalled_own_message_above_the_read_cursor_leaves_the_count_right,
     bad_change_requests_are_refused_naming_the_field,
@@ -163,6 +165,29 @@ async fn the_owner_deletes_any_message_and_only_the_owner_may(app: TestApp) {
         (again.status, again.error_code()),
         (409, "message_retracted")
     );
+
+    // A deleted message has no receipts, for its owner and its sender alike; nor has the
+    // delete entry. Anyone else is refused before that, as for any message of someone else.
+    for asker in ["alice", "bob"] {
+        let receipts = app.message_receipts(asker, group, spam, "").await;
+        assert_eq!(
+            (receipts.status, receipts.error_code()),
+            (409, "no_receipts"),
+            "{asker}: {:?}",
+            receipts.body
+        );
+        let text = receipts.body["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("was deleted"), "{asker}: {text}");
+    }
+    let of_the_delete = app.message_receipts("alice", group, spam + 1, "").await;
+    assert_eq!(
+        (of_the_delete.status, of_the_delete.error_code()),
+        (409, "no_receipts")
+    );
+    let by_other = app.message_receipts("carol", group, spam, "").await;
+    assert_eq!((by_other.status, by_other.error_code()), (403, "forbidden"));
 }
 
 async fn only_the_sender_recalls_or_edits_and_nothing_is_stored_when_refused(app: TestApp) {
@@ -206,6 +231,117 @@ async fn changes_are_idempotent_by_client_msg_id(app: TestApp) {
     let edit = app.send_entry("alice", group, edit_body).await;
     assert_eq!(edit.error_code(), "message_retracted");
     assert_eq!(last_msg_id(&app, group).await, msg + 1);
+}
+
+/// An edit request with its own idempotency key.
+fn edit_body(key: &str, target: i64, content: &str) -> Value {
+    json!({"client_msg_id": key, "kind": "edit", "target_msg_id": target, "content": content})
+}
+
+async fn an_edit_retried_with_its_client_msg_id_is_stored_once_whatever_the_body(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let msg = app.send_ok("alice", group, "lunch at noom?").await;
+    let first = app
+        .send_entry("alice", group, edit_body("e-1", msg, "lunch at noon?"))
+        .await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let retry = app
+        .send_entry("alice", group, edit_body("e-1", msg, "lunch at noon?"))
+        .await;
+    assert_eq!(retry.status, 200, "a retry gets the original entry");
+    assert_eq!(retry.body, first.body, "the same entry, edited_at included");
+    assert_eq!(last_msg_id(&app, group).await, msg + 1, "stored once");
+
+    // The same key with another text is still the first edit: the spec answers the original
+    // whatever the body, so the text stays and edited_at does not move.
+    let other_text = app
+        .send_entry("alice", group, edit_body("e-1", msg, "lunch at 1?"))
+        .await;
+    assert_eq!(other_text.status, 200, "{:?}", other_text.body);
+    assert_eq!(other_text.body, first.body);
+    let as_recall = json!({"client_msg_id": "e-1", "kind": "recall", "target_msg_id": msg});
+    let as_recall = app.send_entry("alice", group, as_recall).await;
+    assert_eq!(
+        as_recall.status, 200,
+        "another kind under the key: the edit"
+    );
+    assert_eq!(as_recall.body["kind"], "edit");
+    // A body that is not a valid request is refused before its key is looked up.
+    let malformed = app
+        .send_entry("alice", group, edit_body("e-1", msg, ""))
+        .await;
+    assert_eq!(
+        (malformed.status, malformed.error_code()),
+        (400, "validation_failed")
+    );
+    // A key belongs to its sender: bob's "e-1" is his own request, refused as his.
+    let by_bob = app
+        .send_entry("bob", group, edit_body("e-1", msg, "bob's words"))
+        .await;
+    assert_eq!((by_bob.status, by_bob.error_code()), (403, "forbidden"));
+    let pull = app.list_messages("bob", group, "?after_msg_id=0").await;
+    let entries = messages(&pull.body);
+    assert_eq!(entries.len(), 2, "nothing new stored: {:?}", pull.body);
+    assert_eq!(entries[0]["kind"], "message");
+    assert_eq!(entries[0]["content"], "lunch at noon?");
+    assert_eq!(entries[0]["edited_at"], first.body["target"]["edited_at"]);
+
+    // Once the message is recalled, the edit would be refused; its retry still gets the
+    // entry, with the target as it is now.
+    app.change("alice", group, "recall", msg, None).await;
+    let after_recall = app
+        .send_entry("alice", group, edit_body("e-1", msg, "lunch at noon?"))
+        .await;
+    assert_eq!(after_recall.status, 200, "{:?}", after_recall.body);
+    assert_eq!(after_recall.body["msg_id"], first.body["msg_id"]);
+    assert_eq!(after_recall.body["target"]["kind"], "recalled");
+    assert_eq!(
+        last_msg_id(&app, group).await,
+        msg + 2,
+        "only the recall added"
+    );
+}
+
+async fn a_delete_retried_with_its_client_msg_id_is_stored_once_whatever_the_target(app: TestApp) {
+    let group = app.group_with("alice", &["bob", "carol"]).await;
+    let spam = app.send_ok("bob", group, "buy cheap watches").await;
+    let kept = app.send_ok("bob", group, "see you at ten").await;
+    let delete =
+        |target: i64| json!({"client_msg_id": "d-1", "kind": "delete", "target_msg_id": target});
+    let first = app.send_entry("alice", group, delete(spam)).await;
+    assert_eq!(first.status, 201, "{:?}", first.body);
+    let retry = app.send_entry("alice", group, delete(spam)).await;
+    assert_eq!(retry.status, 200, "a retry gets the original entry");
+    assert_eq!(retry.body, first.body);
+    assert_eq!(last_msg_id(&app, group).await, kept + 1, "stored once");
+    assert_eq!(
+        row_of(&app, "carol", group).await["unread_count"],
+        1,
+        "the retry takes nothing more off the count"
+    );
+
+    // The same key naming another message is still the first delete: `kept` stays.
+    let other_target = app.send_entry("alice", group, delete(kept)).await;
+    assert_eq!(other_target.status, 200, "{:?}", other_target.body);
+    assert_eq!(other_target.body, first.body);
+    assert_eq!(other_target.body["target_msg_id"], spam);
+    // Refused before the key is looked up: a body without a target.
+    let malformed = json!({"client_msg_id": "d-1", "kind": "delete"});
+    let malformed = app.send_entry("alice", group, malformed).await;
+    assert_eq!(
+        (malformed.status, malformed.error_code()),
+        (400, "validation_failed")
+    );
+    // A key belongs to its sender: carol's "d-1" is her own delete, and hers is refused.
+    let by_carol = app.send_entry("carol", group, delete(kept)).await;
+    assert_eq!((by_carol.status, by_carol.error_code()), (403, "forbidden"));
+    let pull = app.list_messages("carol", group, "?after_msg_id=0").await;
+    let entries = messages(&pull.body);
+    assert_eq!(entries.len(), 3, "nothing new stored: {:?}", pull.body);
+    assert_eq!(entries[0]["kind"], "deleted");
+    assert_eq!(entries[1]["kind"], "message");
+    assert_eq!(entries[1]["content"], "see you at ten");
+    assert_eq!(row_of(&app, "carol", group).await["unread_count"], 1);
 }
 
 async fn unread_counts_drop_when_unread_messages_are_recalled_or_deleted(app: TestApp) {

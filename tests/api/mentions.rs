@@ -9,6 +9,7 @@ on_both_engines!(
     mentions_get_their_own_unread_count_on_every_list,
     mention_all_counts_once_per_member_without_a_row_per_member,
     recalling_a_mention_takes_it_off_the_count,
+    an_edit_keeps_the_mentions_and_never_adds_a_mention_count,
     bad_mentions_are_refused_and_nothing_is_stored,
     a_reply_quotes_the_message_as_it_is_now,
     bad_replies_are_refused_naming_the_field,
@@ -90,6 +91,12 @@ async fn mention_all_counts_once_per_member_without_a_row_per_member(app: TestAp
         .await;
     assert_eq!(by_owner.status, 201, "{:?}", by_owner.body);
     assert_eq!(by_owner.body["mention_all"], true);
+    let by_owner = by_owner.body["msg_id"].as_i64().expect("msg_id");
+    assert_eq!(
+        app.stored_mention_rows(group, by_owner).await,
+        ["carol"],
+        "only the member named has a row; @all is one flag on the message"
+    );
     assert_eq!(mentions_of(&app, "bob", group).await, 1);
     assert_eq!(
         mentions_of(&app, "carol", group).await,
@@ -108,14 +115,22 @@ async fn mention_all_counts_once_per_member_without_a_row_per_member(app: TestAp
         0,
         "an @all from before erin joined is not hers"
     );
-    app.send_entry(
-        "alice",
-        group,
-        json!({"content": "@all again", "mention_all": true}),
-    )
-    .await;
+    let again = app
+        .send_entry(
+            "alice",
+            group,
+            json!({"content": "@all again", "mention_all": true}),
+        )
+        .await;
+    assert_eq!(again.status, 201, "{:?}", again.body);
     assert_eq!(mentions_of(&app, "erin", group).await, 1);
     assert_eq!(mentions_of(&app, "bob", group).await, 2);
+    let again = again.body["msg_id"].as_i64().expect("msg_id");
+    assert_eq!(
+        app.stored_mention_rows(group, again).await,
+        Vec::<String>::new(),
+        "@all alone writes no mention row"
+    );
 }
 
 async fn recalling_a_mention_takes_it_off_the_count(app: TestApp) {
@@ -148,6 +163,116 @@ async fn recalling_a_mention_takes_it_off_the_count(app: TestApp) {
         "gone with the text"
     );
     assert!(pull.body["messages"][1].get("mention_all").is_none());
+}
+
+/// The caller's row for `group` in a /v1/sync answer from `cursor`.
+async fn synced_row(app: &TestApp, user: &str, cursor: &str, group: i64) -> Value {
+    let sync = app
+        .poll_sync(user, &format!("?cursor={cursor}&timeout_s=5"))
+        .await;
+    assert_eq!(sync.status, 200, "{:?}", sync.body);
+    sync.body["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group_id"] == group)
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "{user}'s sync does not report group {group}: {:?}",
+                sync.body
+            )
+        })
+}
+
+/// (unread_count, unread_mention_count) of `user` in `group`, from /v1/me/groups.
+async fn counts_of(app: &TestApp, user: &str, group: i64) -> (Value, Value) {
+    let listed = app.my_groups(user, "").await;
+    let row = listed.body["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group_id"] == group)
+        .cloned()
+        .unwrap_or(Value::Null);
+    (
+        row["unread_count"].clone(),
+        row["unread_mention_count"].clone(),
+    )
+}
+
+async fn an_edit_keeps_the_mentions_and_never_adds_a_mention_count(app: TestApp) {
+    let group = app.group_with("alice", &["bob", "carol"]).await;
+    let bob_cursor = app.cursor("bob", "/v1/sync").await;
+    let carol_cursor = app.cursor("carol", "/v1/sync").await;
+    let sent = app
+        .send_entry(
+            "alice",
+            group,
+            json!({"content": "@bob can you take this?", "mentions": ["bob"]}),
+        )
+        .await;
+    assert_eq!(sent.status, 201, "{:?}", sent.body);
+    let msg = sent.body["msg_id"].as_i64().expect("msg_id");
+    assert_eq!(counts_of(&app, "bob", group).await, (json!(1), json!(1)));
+
+    // The new text drops the "@bob"; the mention stays, as documented, and stays one.
+    let edit = app
+        .change("alice", group, "edit", msg, Some("can anyone take this?"))
+        .await;
+    assert_eq!(edit.status, 201, "{:?}", edit.body);
+    assert_eq!(
+        counts_of(&app, "bob", group).await,
+        (json!(1), json!(1)),
+        "the edit leaves bob's counts as they were"
+    );
+    assert_eq!(
+        counts_of(&app, "carol", group).await,
+        (json!(1), json!(0)),
+        "an edit entry mentions nobody"
+    );
+    let bob_synced = synced_row(&app, "bob", &bob_cursor, group).await;
+    assert_eq!(bob_synced["unread_count"], 1);
+    assert_eq!(bob_synced["unread_mention_count"], 1);
+    let carol_synced = synced_row(&app, "carol", &carol_cursor, group).await;
+    assert_eq!(carol_synced["unread_mention_count"], 0);
+    let pull = app.list_messages("bob", group, "?after_msg_id=0").await;
+    assert_eq!(pull.body["messages"][0]["mentions"], json!(["bob"]));
+    assert!(pull.body["messages"][1].get("mentions").is_none());
+
+    // bob reads the message but not the edit entry above it: nothing counts, and a second
+    // edit, itself above his read cursor, brings no mention back.
+    let read = app.ack("bob", group, json!({"last_ack_msg_id": msg})).await;
+    assert_eq!(read.body["unread_mention_count"], 0);
+    let bob_cursor = app.cursor("bob", "/v1/sync").await;
+    let again = app
+        .change("alice", group, "edit", msg, Some("@bob can you, please?"))
+        .await;
+    assert_eq!(again.status, 201, "{:?}", again.body);
+    assert_eq!(counts_of(&app, "bob", group).await, (json!(0), json!(0)));
+    let bob_synced = synced_row(&app, "bob", &bob_cursor, group).await;
+    assert_eq!(bob_synced["unread_count"], 0);
+    assert_eq!(bob_synced["unread_mention_count"], 0);
+
+    // An edit cannot carry mentions of its own: refused, nothing stored, counts unchanged.
+    let last = msg + 2;
+    for (field, value) in [("mentions", json!(["carol"])), ("mention_all", json!(true))] {
+        let mut body = json!({"kind": "edit", "target_msg_id": msg, "content": "@carol"});
+        body[field] = value;
+        let r = app.send_entry("alice", group, body).await;
+        assert_eq!(
+            (r.status, r.error_code()),
+            (400, "validation_failed"),
+            "{field}"
+        );
+        let text = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            text.contains(&format!("{field}: not accepted when kind is edit")),
+            "{text}"
+        );
+    }
+    assert_eq!(last_msg_id(&app, group).await, last, "nothing stored");
+    assert_eq!(counts_of(&app, "carol", group).await, (json!(1), json!(0)));
 }
 
 async fn bad_mentions_are_refused_and_nothing_is_stored(app: TestApp) {
@@ -232,10 +357,7 @@ async fn a_reply_quotes_the_message_as_it_is_now(app: TestApp) {
 
 async fn bad_replies_are_refused_naming_the_field(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
-    let other = app.group_with("alice", &["bob"]).await;
-    let elsewhere = app.send_ok("alice", other, "other group").await;
     let first = app.send_ok("alice", group, "first").await;
-    app.send_ok("alice", other, "other group again").await;
     let recalled = app.send_ok("alice", group, "recalled").await;
     app.change("alice", group, "recall", recalled, None).await;
     app.add_members("alice", group, &["carol"]).await;
@@ -290,16 +412,34 @@ async fn bad_replies_are_refused_naming_the_field(app: TestApp) {
         let text = r.body["error"]["message"].as_str().unwrap_or_default();
         assert!(text.contains(message), "{body}: {text}");
     }
-    // An id that exists only in the other group is no message of this one.
-    let foreign = app
-        .send_entry(
-            "bob",
-            other,
-            json!({"content": "x", "reply_to_msg_id": elsewhere + 5}),
-        )
-        .await;
-    assert_eq!(foreign.status, 400);
     assert_eq!(last_msg_id(&app, group).await, line, "nothing stored");
+
+    // msg_ids are per group, so "another group's message" is an id that group has and this
+    // one does not: message 3 is real in `busy`, and a reply to it in `quiet` is refused with
+    // the error any id `quiet` lacks gets. Ids are contiguous in each group, so such an id is
+    // always beyond `quiet`'s last one; the case shows that being real elsewhere changes
+    // nothing.
+    let busy = app.group_with("alice", &["bob"]).await;
+    for n in 1..=5 {
+        app.send_ok("alice", busy, &format!("busy {n}")).await;
+    }
+    let quiet = app.group_with("alice", &["bob"]).await;
+    app.send_ok("alice", quiet, "quiet").await;
+    let foreign = app
+        .send_entry("bob", quiet, json!({"content": "x", "reply_to_msg_id": 3}))
+        .await;
+    assert_eq!(
+        (foreign.status, foreign.error_code()),
+        (400, "validation_failed"),
+        "{:?}",
+        foreign.body
+    );
+    assert_eq!(
+        foreign.body["error"]["message"],
+        format!("reply_to_msg_id: 3 is not an earlier entry of group {quiet} that you can see")
+    );
+    assert_eq!(last_msg_id(&app, quiet).await, 1, "nothing stored");
+    assert_eq!(last_msg_id(&app, busy).await, 5);
 }
 
 async fn ext_is_stored_and_returned_exactly_as_written(app: TestApp) {

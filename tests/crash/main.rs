@@ -5,6 +5,11 @@
 //!   acknowledged send was lost or stored twice, that message ids stay contiguous, that no
 //!   cursor moved backwards, and that every send whose response was lost ends up stored exactly
 //!   once after a retry.
+//! - `changes::sigkill_during_recalls_edits_and_deletes_leaves_nothing_half_applied`: SIGKILL
+//!   the server 10 times while two members send messages and recall, edit and delete them;
+//!   after the restarts every change answered 2xx is applied (recalled and deleted messages
+//!   have no content, edited ones their latest text), every change entry is in the log once
+//!   under contiguous ids, and no change entry lacks its effect nor any effect its entry.
 //! - `contention::sqlite_concurrent_writers_never_see_database_locked`: 32 concurrent writers
 //!   on SQLite only ever get 2xx, and the server never logs "database is locked"; the
 //!   `_with_outside_writer` variant adds a second process holding a write transaction on the
@@ -32,6 +37,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod changes;
 mod contention;
 mod push_restart;
 mod server;

@@ -34,6 +34,10 @@ pub struct StoredMessage {
     pub sender_id: String,
     pub client_msg_id: String,
     pub content: String,
+    /// The message a change entry (`recall`, `edit`, `delete`) changed.
+    pub target_msg_id: Option<i64>,
+    /// Whether the message was edited (it has `edited_at`).
+    pub edited: bool,
 }
 
 impl ApiClient {
@@ -171,6 +175,8 @@ fn stored_message(m: &Value) -> StoredMessage {
         sender_id: m["sender_id"].as_str().expect("sender_id").to_owned(),
         client_msg_id: text("client_msg_id"),
         content: text("content"),
+        target_msg_id: m["target_msg_id"].as_i64(),
+        edited: m.get("edited_at").is_some_and(|t| t.is_string()),
         kind,
     }
 }
