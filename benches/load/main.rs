@@ -30,6 +30,7 @@ mod group_commit;
 mod message_kinds;
 mod pulls;
 mod push;
+mod push_outage;
 mod report;
 mod requests;
 mod runner;

@@ -28,6 +28,8 @@ mod offline_pull;
 mod operations;
 mod param_errors;
 mod push;
+mod push_delivery;
+mod push_rig;
 mod receipts;
 mod spec_drift;
 mod startup_errors;

@@ -18,6 +18,10 @@
 //! - `push_restart::due_and_in_flight_notifications_survive_sigkill`: SIGKILL the server while
 //!   a device is due a notification, and again while one is being delivered; after each
 //!   restart the notification goes out (the second with the key of the killed attempt).
+//! - `push_takeover::a_live_instance_takes_over_the_push_work_of_one_killed_holding_it`
+//!   (PostgreSQL only): two instances on one database; the one delivering notifications to a
+//!   hanging push service is SIGKILLed, and the other delivers them once their lease runs out,
+//!   with the key and bytes of the killed attempts, and the notifications due meanwhile too.
 //!
 //! - `soak::soak_across_instances_keeps_every_promise`: three instances on one PostgreSQL
 //!   database (one on SQLite) behind a round-robin client, under sends, pulls, acks from
@@ -40,6 +44,7 @@ mod support;
 mod changes;
 mod contention;
 mod push_restart;
+mod push_takeover;
 mod server;
 mod sigkill;
 mod soak;

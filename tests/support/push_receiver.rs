@@ -1,6 +1,6 @@
 //! A push service for tests: an HTTP server on 127.0.0.1 that records every notification
 //! Chorus POSTs to it, checks its signature, and answers as the test says (take it, fail with
-//! 500, or hang past Chorus's timeout).
+//! 500, refuse it with 400, or hang past Chorus's timeout).
 
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,10 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
     Take,
+    /// 500: a push service that may take it later.
     Fail,
+    /// 400: a push service that never will.
+    Refuse,
     /// Answers nothing for a minute: every attempt times out.
     Hang,
 }
@@ -150,6 +153,7 @@ async fn receive(req: HttpRequest, body: web::Bytes, shared: web::Data<Shared>) 
     match behaviour {
         Behaviour::Take => HttpResponse::Ok().finish(),
         Behaviour::Fail => HttpResponse::InternalServerError().finish(),
+        Behaviour::Refuse => HttpResponse::BadRequest().finish(),
         Behaviour::Hang => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             HttpResponse::Ok().finish()
