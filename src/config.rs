@@ -264,6 +264,12 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_LOG_BACKTRACES", default_value_t = defaults::LOG_BACKTRACES,
           action = clap::ArgAction::Set, global = true)]
     pub log_backtraces: bool,
+
+    /// Whether this instance tells other instances of its writes (PostgreSQL). Not a flag:
+    /// always on for a server. In-process tests turn it off to play an instance whose
+    /// announcements are lost, as when it dies between a commit and its announcement.
+    #[arg(skip = true)]
+    pub announce_wakes: bool,
 }
 
 impl Settings {
@@ -302,6 +308,7 @@ impl Settings {
             log_format: defaults::LOG_FORMAT,
             log: defaults::LOG.into(),
             log_backtraces: defaults::LOG_BACKTRACES,
+            announce_wakes: true,
         }
     }
 

@@ -37,7 +37,7 @@ impl Application {
             per_user: settings.longpoll_max_per_user,
             total: settings.longpoll_max_total,
         });
-        let db = open_database(&db_settings)?.waking(notifier.clone());
+        let db = open_database(&db_settings)?.waking(notifier.clone(), settings.announce_wakes);
         let (keys, cursors) = signing_keys(settings)?;
         let listener = TcpListener::bind(&settings.bind).map_err(|e| {
             anyhow::anyhow!("cannot listen on {} (CHORUS_BIND): {e}", settings.bind)

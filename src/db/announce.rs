@@ -1,21 +1,200 @@
-//! Announcing a write's wake-ups to other instances: a PostgreSQL NOTIFY inside the writing
-//! transaction, so it is delivered exactly when the change commits (and never for a
-//! rolled-back one). SQLite runs in one process, where wake-ups are delivered in memory only.
+//! Announcing committed writes' wake-ups to other instances (PostgreSQL `NOTIFY`).
+//!
+//! A serving instance announces after the commit, from one task: every write's events queue
+//! here, and the task sends whatever queued while its previous announcement was in flight as
+//! one statement, identical events folded. So no request waits for a `NOTIFY`, and commits do
+//! not queue on the lock PostgreSQL takes, for the whole cluster, to commit a transaction that
+//! notified: one announcement holds it for many writes. The cost is that an instance that dies
+//! between a commit and its announcement never announces it: the other instances' waiters for
+//! it then answer at their timeout, and since every feed is read from a cursor, the client's
+//! next poll returns what they missed. Nothing is skipped; it arrives up to one poll timeout
+//! late. The same holds for events dropped because too many are queued (the database is not
+//! keeping up), which the log says.
+//!
+//! Tools without a serving instance (seeding, one-off commands) announce inside their
+//! transaction instead ([`announce_in_transaction`]): they are rare, and have no task to
+//! hand the events to. SQLite runs in one process, where wake-ups are delivered in memory only.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use diesel::prelude::*;
-use diesel::sql_types::Text;
+use diesel::sql_types::{Array, Text};
+use tokio::sync::Notify;
 
+use super::pool::Pool;
 use super::AnyConnection;
 use crate::wake::{Wakes, CHANNEL};
 
-pub fn announce(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> QueryResult<()> {
-    if let AnyConnection::Postgresql(c) = conn {
-        for event in wakes.events() {
-            diesel::sql_query("SELECT pg_notify($1, $2)")
-                .bind::<Text, _>(CHANNEL)
-                .bind::<Text, _>(event.encode(instance))
-                .execute(c)?;
-        }
+/// At most this many distinct events wait for the next announcement; more are dropped (and
+/// the waiters for them answer at their timeout). Each is a few dozen bytes.
+const MAX_QUEUED: usize = 65_536;
+
+/// Sends every wake-up once, in the transaction that causes it: delivered exactly when the
+/// change commits, never for a rolled-back one.
+pub fn announce_in_transaction(
+    conn: &mut AnyConnection,
+    instance: &str,
+    wakes: &Wakes,
+) -> QueryResult<()> {
+    let payloads: Vec<String> = wakes.events().iter().map(|e| e.encode(instance)).collect();
+    notify_all(conn, payloads)
+}
+
+/// One statement for every payload: a `NOTIFY` each, in one transaction.
+fn notify_all(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<()> {
+    if let (AnyConnection::Postgresql(c), false) = (conn, payloads.is_empty()) {
+        diesel::sql_query("SELECT pg_notify($1, payload) FROM unnest($2) AS payload")
+            .bind::<Text, _>(CHANNEL)
+            .bind::<Array<Text>, _>(payloads)
+            .execute(c)?;
     }
     Ok(())
+}
+
+/// The queue of one serving instance's committed wake-ups, and the task that announces them.
+pub struct Announcer {
+    instance: String,
+    queue: Mutex<Queue>,
+    queued: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Insertion order, so an announcement keeps the order writes committed in.
+    payloads: Vec<String>,
+    seen: HashSet<String>,
+    /// Dropped since the last announcement, for the log.
+    dropped: u64,
+}
+
+impl Announcer {
+    /// The announcer of the instance named `instance`, its task running on `pool`.
+    pub fn start(pool: Pool, instance: String) -> Arc<Announcer> {
+        let announcer = Arc::new(Announcer::new(instance));
+        tokio::spawn(announcer.clone().run(pool));
+        announcer
+    }
+
+    fn new(instance: String) -> Announcer {
+        Announcer {
+            instance,
+            queue: Mutex::default(),
+            queued: Notify::new(),
+        }
+    }
+
+    /// Queues a committed write's wake-ups; returns at once.
+    pub fn queue(&self, wakes: &Wakes) {
+        if wakes.events().is_empty() {
+            return;
+        }
+        {
+            let mut queue = self.lock();
+            for event in wakes.events() {
+                let payload = event.encode(&self.instance);
+                if queue.seen.contains(&payload) {
+                    continue;
+                }
+                if queue.payloads.len() >= MAX_QUEUED {
+                    queue.dropped += 1;
+                    continue;
+                }
+                queue.seen.insert(payload.clone());
+                queue.payloads.push(payload);
+            }
+        }
+        self.queued.notify_one();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue holds only strings; a panic elsewhere cannot leave it inconsistent.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> (Vec<String>, u64) {
+        let mut queue = self.lock();
+        let dropped = std::mem::take(&mut queue.dropped);
+        queue.seen.clear();
+        (std::mem::take(&mut queue.payloads), dropped)
+    }
+
+    async fn run(self: Arc<Self>, pool: Pool) {
+        loop {
+            self.queued.notified().await;
+            let (payloads, dropped) = self.take();
+            if dropped > 0 {
+                tracing::warn!(
+                    dropped,
+                    "wake-ups not announced to other instances: too many queued; their \
+                     long-polls there answer at their timeout instead"
+                );
+            }
+            if payloads.is_empty() {
+                continue;
+            }
+            let count = payloads.len();
+            let pool = pool.clone();
+            let sent = tokio::task::spawn_blocking(move || {
+                let mut conn = pool.get().map_err(|e| e.to_string())?;
+                notify_all(&mut conn, payloads).map_err(|e| e.to_string())
+            })
+            .await;
+            match sent {
+                Ok(Ok(())) => {}
+                Ok(Err(cause)) => tracing::warn!(
+                    count,
+                    %cause,
+                    "wake-ups not announced to other instances; their long-polls there answer \
+                     at their timeout instead"
+                ),
+                Err(_) => tracing::warn!(count, "the wake-up announcement task failed"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wake::WakeEvent;
+
+    fn wakes(events: &[WakeEvent]) -> Wakes {
+        let mut wakes = Wakes::default();
+        for event in events {
+            wakes.record(event.clone());
+        }
+        wakes
+    }
+
+    #[test]
+    fn what_queues_between_announcements_goes_once_in_commit_order() {
+        let announcer = Announcer::new("i1".into());
+        let (sent, read) = (WakeEvent::MessageSent(7), WakeEvent::CursorMoved(7));
+        announcer.queue(&wakes(&[sent.clone(), read.clone()]));
+        announcer.queue(&wakes(&[sent.clone(), WakeEvent::ReadMoved("bob".into())]));
+        let (payloads, dropped) = announcer.take();
+        assert_eq!(payloads, ["i1 m 7", "i1 r 7", "i1 v bob"]);
+        assert_eq!(dropped, 0);
+
+        announcer.queue(&wakes(&[sent]));
+        assert_eq!(
+            announcer.take().0,
+            ["i1 m 7"],
+            "a new round announces it again"
+        );
+        assert_eq!(announcer.take().0, Vec::<String>::new());
+    }
+
+    #[test]
+    fn beyond_the_bound_events_are_dropped_and_counted() {
+        let announcer = Announcer::new("i1".into());
+        let events: Vec<WakeEvent> = (0..MAX_QUEUED as i64 + 10)
+            .map(WakeEvent::MessageSent)
+            .collect();
+        announcer.queue(&wakes(&events));
+        let (payloads, dropped) = announcer.take();
+        assert_eq!(payloads.len(), MAX_QUEUED);
+        assert_eq!(dropped, 10);
+    }
 }

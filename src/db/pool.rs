@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use diesel::prelude::*;
 
-use super::announce;
+use super::announce::{announce_in_transaction, Announcer};
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
 use super::storage::StorageAlarm;
@@ -30,8 +30,21 @@ pub struct Db {
     commits: Arc<CommitCounters>,
     /// Who hears of committed writes in this process; None for tools that serve no polls.
     notifier: Option<Arc<Notifier>>,
+    /// How writes tell other instances (PostgreSQL; SQLite has none to tell).
+    announce: Announce,
     /// Says in the log when writes start and stop being refused for lack of space.
     storage: Arc<StorageAlarm>,
+}
+
+/// How a write's wake-ups reach other instances.
+#[derive(Clone)]
+enum Announce {
+    /// Inside the writing transaction: tools and seeding, which run no announcer task.
+    InTransaction,
+    /// After the commit, queued for this serving instance's announcer task.
+    AfterCommit(Arc<Announcer>),
+    /// Never: a test's instance whose announcements are all lost.
+    Never,
 }
 
 /// The instance name a write without a notifier announces under (tools, seeding): every
@@ -64,6 +77,7 @@ impl Db {
                     lane: Some(lane),
                     commits,
                     notifier: None,
+                    announce: Announce::InTransaction,
                     storage: Arc::default(),
                 }
             }
@@ -76,6 +90,7 @@ impl Db {
                     lane: None,
                     commits,
                     notifier: None,
+                    announce: Announce::InTransaction,
                     storage: Arc::default(),
                 }
             }
@@ -83,10 +98,22 @@ impl Db {
         Ok(db)
     }
 
-    /// The same database, with the waiters of this process woken after each write.
-    pub fn waking(self, notifier: Arc<Notifier>) -> Db {
+    /// The same database, with the waiters of this process woken after each write and, on
+    /// PostgreSQL, other instances told after the commit from one task (see [`Announcer`]).
+    /// `announce: false` is for tests only: an instance whose announcements are all lost, as
+    /// when it dies between its commits and their announcement.
+    pub fn waking(self, notifier: Arc<Notifier>, announce: bool) -> Db {
+        let announce = match (self.engine, announce) {
+            (Engine::Postgres, true) => {
+                let instance = notifier.instance_id().to_owned();
+                Announce::AfterCommit(Announcer::start(self.writer.clone(), instance))
+            }
+            (Engine::Postgres, false) => Announce::Never,
+            (Engine::Sqlite, _) => self.announce,
+        };
         Db {
             notifier: Some(notifier),
+            announce,
             ..self
         }
     }
@@ -111,9 +138,9 @@ impl Db {
     /// Runs `f` as one transaction on a pooled connection (PostgreSQL), or inside the writer
     /// lane's next batch (SQLite: one transaction for every write waiting, `f` in a savepoint
     /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit. The
-    /// wake-ups `f` records are announced to other instances inside that
-    /// transaction and wake this process's waiters after it commits; a write that fails wakes
-    /// no one. Writes that may be refused use [`Db::write_checked`].
+    /// wake-ups `f` records wake this process's waiters after it commits and are queued for
+    /// other instances then (tools announce them inside the transaction); a write that fails
+    /// wakes no one. Writes that may be refused use [`Db::write_checked`].
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
@@ -148,11 +175,12 @@ impl Db {
             Some(lane) => lane.submit(work).await,
             None => {
                 let commits = self.commits.clone();
+                let announce_now = matches!(self.announce, Announce::InTransaction);
                 run_blocking(self.writer.clone(), move |conn| {
                     let outcome = in_transaction(conn, |c| {
                         let outcome = work(c)?;
-                        if let Ok((_, wakes)) = &outcome {
-                            announce::announce(c, &instance, wakes)?;
+                        if let (Ok((_, wakes)), true) = (&outcome, announce_now) {
+                            announce_in_transaction(c, &instance, wakes)?;
                         }
                         Ok(outcome)
                     })?;
@@ -169,6 +197,9 @@ impl Db {
             self.storage.wrote();
         }
         Ok(outcome.map(|(value, wakes)| {
+            if let Announce::AfterCommit(announcer) = &self.announce {
+                announcer.queue(&wakes);
+            }
             if let Some(notifier) = &self.notifier {
                 for event in wakes.events() {
                     notifier.wake(event);

@@ -564,3 +564,77 @@ async fn every_group_created_with_a_waiting_member_wakes_their_poll(app: TestApp
     }
     assert!(slow.is_empty(), "polls that missed the new group: {slow:?}");
 }
+
+/// Two instances on one PostgreSQL tell each other of their writes after the commit. When an
+/// instance never does (here it is set to announce nothing: as if it died after each commit,
+/// before telling the others), a poll on the other instance still answers by its timeout, and
+/// the next poll from the cursor it got returns the message it was not told of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
+async fn a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing() {
+    let a = spawn_app(Engine::Postgres).await;
+    let silent = a.second_instance_with(|s| s.announce_wakes = false).await;
+    let telling = a.second_instance().await;
+    let (silent, telling) = (a.via(&silent), a.via(&telling));
+    let group = a.group_with("alice", &["bob"]).await;
+    let cursor = a.cursor("bob", "/v1/sync").await;
+
+    // Told: a send through an instance that announces wakes the poll waiting on A. The
+    // bound is generous for a loaded machine; a poll that was never woken would take 30 s.
+    let asked = Instant::now();
+    let query = format!("?cursor={cursor}&timeout_s=30");
+    let (woken, _) = tokio::join!(a.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        telling.send_ok("alice", group, "told").await;
+    });
+    assert_eq!(woken.status, 200);
+    assert_eq!(woken.body["groups"][0]["last_msg_id"], 1);
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "woken by the announcement, not by the timeout: {:?}",
+        asked.elapsed()
+    );
+    let cursor = woken.body["cursor"].as_str().expect("cursor").to_owned();
+
+    // Not told: the poll answers at its timeout (3 s), not later.
+    let timeout = Duration::from_secs(3);
+    let asked = Instant::now();
+    let query = format!("?cursor={cursor}&timeout_s=3");
+    let (late, _) = tokio::join!(a.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        silent.send_ok("alice", group, "untold").await;
+    });
+    let waited = asked.elapsed();
+    assert_eq!(late.status, 200, "{:?}", late.body);
+    assert!(
+        waited >= timeout - Duration::from_millis(100),
+        "nothing woke it early: {waited:?}"
+    );
+    assert!(
+        waited < timeout + Duration::from_secs(5),
+        "it answered by its timeout (with slack for a loaded machine): {waited:?}"
+    );
+
+    // Whatever that answer held, the next poll from its cursor has the message: nothing is
+    // skipped, it only arrived up to one poll timeout late.
+    let cursor = late.body["cursor"].as_str().expect("cursor");
+    let next = a
+        .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+        .await;
+    let reported = |r: &crate::helpers::TestResponse| {
+        r.body["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["last_msg_id"] == 2))
+    };
+    assert!(
+        reported(&late) || reported(&next),
+        "message 2 reached bob's feed: {:?} then {:?}",
+        late.body,
+        next.body
+    );
+    let pulled = a.list_messages("bob", group, "?after_msg_id=1").await;
+    assert_eq!(pulled.body["messages"][0]["content"], "untold");
+}
