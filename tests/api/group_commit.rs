@@ -238,10 +238,11 @@ async fn a_lone_write_commits_at_once_on_its_own(app: TestApp) {
     app.send_ok("alice", group, "alone").await;
 
     let (commits, writes) = commits_and_writes(&app).await;
-    assert_eq!(
-        (commits - commits_before, writes - writes_before),
-        (1.0, 1.0)
-    );
+    // A background job's write (the retention sweep) may land in the window too, so the
+    // test asks that every commit there carried one write, the send's among them.
+    let (commits, writes) = (commits - commits_before, writes - writes_before);
+    assert!(writes >= 1.0, "the send was committed");
+    assert_eq!(commits, writes, "no write waited to share a commit");
 }
 
 async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
