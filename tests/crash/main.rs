@@ -44,6 +44,7 @@ mod support;
 mod changes;
 mod contention;
 mod push_restart;
+mod push_rig;
 mod push_takeover;
 mod server;
 mod sigkill;

@@ -7,20 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
-use serde_json::json;
-
-use crate::server::start_server_with;
-use crate::support::child_server::ChildServer;
-use crate::support::client::ApiClient;
+use crate::push_rig::{register_phone, send, PushRun, PATIENCE};
 use crate::support::engine::Engine;
-use crate::support::http::Reply;
-use crate::support::push_receiver::{Behaviour, PushReceiver, Received};
-use crate::support::scratch_db::ScratchDb;
-
-const PUSH_SECRET: &str = "push-secret-push-secret-push-secret-0123";
-/// Restarts, migrations and a lease running out, on a loaded two-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::support::push_receiver::{Behaviour, Received};
 /// How long an attempt waits for the hanging push service: the holder is killed well within
 /// it, so its attempts are in flight then. (Its lease is twice this plus 2 s.)
 const TIMEOUT: Duration = Duration::from_secs(8);
@@ -36,31 +25,26 @@ const DUE: [&str; 2] = ["frank", "heidi"];
 )]
 async fn a_live_instance_takes_over_the_push_work_of_one_killed_holding_it() {
     let _serial = crate::SERIAL.lock().await;
-    let run = Run {
-        dir: tempfile::tempdir().expect("temp dir"),
-        database: ScratchDb::for_test(Engine::Postgres),
-        client: crate::support::http::client(Duration::from_secs(20)),
-        push: PushReceiver::start(PUSH_SECRET),
-    };
+    let run = PushRun::new(Engine::Postgres);
     run.push.set(Behaviour::Hang);
-    let mut holder = run.start("holder").await;
-    let api = ApiClient::with_client(run.client.clone(), holder.base.clone());
+    let mut holder = run.start("holder", "holder.log", TIMEOUT).await;
+    let api = run.api(&holder);
     let in_flight = api.create_group("alice", "in flight", &IN_FLIGHT).await;
     let due = api.create_group("erin", "due", &DUE).await;
     for user in IN_FLIGHT.iter().chain(&DUE) {
-        register_phone(&api, user).await;
+        register_phone(&api, user, &format!("{user}-phone")).await;
     }
 
-    send(&api, "alice", in_flight).await;
+    send(&api, "alice", in_flight, "c-1").await;
     let attempted = run
         .push
         .wait_for(PATIENCE, "an attempt per phone, by the holder", |r| {
             phones_in(r).len() == IN_FLIGHT.len()
         })
         .await;
-    let survivor = run.start("survivor").await;
-    let api = ApiClient::with_client(run.client.clone(), survivor.base.clone());
-    send(&api, "erin", due).await;
+    let survivor = run.start("survivor", "survivor.log", TIMEOUT).await;
+    let api = run.api(&survivor);
+    send(&api, "erin", due, "c-1").await;
     holder.kill();
     let killed_at = Instant::now();
     run.push.set(Behaviour::Take);
@@ -93,33 +77,6 @@ async fn a_live_instance_takes_over_the_push_work_of_one_killed_holding_it() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
-struct Run {
-    dir: tempfile::TempDir,
-    database: ScratchDb,
-    client: reqwest::Client,
-    push: PushReceiver,
-}
-
-impl Run {
-    /// An instance on the shared database, its data directory `dir/<name>`.
-    async fn start(&self, name: &str) -> ChildServer {
-        let timeout_ms = TIMEOUT.as_millis().to_string();
-        let env = [
-            ("CHORUS_PUSH_URL", self.push.url.as_str()),
-            ("CHORUS_PUSH_SECRET", PUSH_SECRET),
-            ("CHORUS_PUSH_GRACE_MS", "1500"),
-            ("CHORUS_PUSH_INTERVAL_MS", "300"),
-            ("CHORUS_PUSH_TIMEOUT_MS", timeout_ms.as_str()),
-            ("CHORUS_PUSH_BACKOFF_MAX_MS", "500"),
-        ];
-        let dir = self.dir.path().join(name);
-        std::fs::create_dir_all(&dir).expect("data dir");
-        let url = self.database.url();
-        let log = format!("{name}.log");
-        start_server_with(&dir, url, &log, &self.client, &env).await
-    }
-}
-
 /// Each notification the holder was delivering when it died went out afterwards (so from the
 /// survivor), with the key and the bytes of the killed attempt.
 fn assert_taken_over(attempted: &[Received], received: &[Received], killed_at: Instant) {
@@ -144,19 +101,6 @@ fn phones_in(received: &[Received]) -> Vec<String> {
     devices.sort();
     devices.dedup();
     devices
-}
-
-async fn register_phone(api: &ApiClient, user: &str) {
-    let target = json!({"platform": "fcm", "token": format!("{user}-token")});
-    let caller = format!("{user}#{user}-phone");
-    let path = format!("/v1/me/devices/{user}-phone/push-target");
-    let reply = api.call(Method::PUT, &path, &caller, Some(&target)).await;
-    assert!(matches!(reply, Reply::Answered(200, _)), "{reply:?}");
-}
-
-async fn send(api: &ApiClient, sender: &str, group: i64) {
-    let reply = api.send(sender, group, "c-1", "wake up").await;
-    assert!(matches!(reply, Reply::Answered(201, _)), "{reply:?}");
 }
 
 /// At least once: every notification attempted was delivered, and each of its attempts
