@@ -8,8 +8,9 @@
 //! between a commit and its announcement never announces it: the other instances' waiters for
 //! it then answer at their timeout, and since every feed is read from a cursor, the client's
 //! next poll returns what they missed. Nothing is skipped; it arrives up to one poll timeout
-//! late. The same holds for events dropped because too many are queued (the database is not
-//! keeping up), which the log says.
+//! late. The same holds for what is still queued when the instance stops, and for events
+//! dropped because too many are queued (the database is not keeping up), which the log says.
+//! A round that cannot be sent (the pool busy, the database away) is kept and tried again.
 //!
 //! Tools without a serving instance (seeding, one-off commands) announce inside their
 //! transaction instead ([`announce_in_transaction`]): they are rare, and have no task to
@@ -27,8 +28,10 @@ use super::AnyConnection;
 use crate::wake::{Wakes, CHANNEL};
 
 /// At most this many distinct events wait for the next announcement; more are dropped (and
-/// the waiters for them answer at their timeout). Each is a few dozen bytes.
+/// the waiters for them answer at their timeout). Each is a few dozen bytes, kept twice.
 const MAX_QUEUED: usize = 65_536;
+/// How soon a round that could not be sent is tried again.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Sends every wake-up once, in the transaction that causes it: delivered exactly when the
 /// change commits, never for a rolled-back one.
@@ -61,7 +64,7 @@ pub struct Announcer {
 
 #[derive(Default)]
 struct Queue {
-    /// Insertion order, so an announcement keeps the order writes committed in.
+    /// In the order the writes' commits were queued.
     payloads: Vec<String>,
     seen: HashSet<String>,
     /// Dropped since the last announcement, for the log.
@@ -84,7 +87,7 @@ impl Announcer {
         }
     }
 
-    /// Queues a committed write's wake-ups; returns at once.
+    /// Queues a committed write's wake-ups; returns at once (any thread, no runtime needed).
     pub fn queue(&self, wakes: &Wakes) {
         if wakes.events().is_empty() {
             return;
@@ -119,9 +122,35 @@ impl Announcer {
         (std::mem::take(&mut queue.payloads), dropped)
     }
 
+    /// Puts a round that could not be sent back at the head of the queue, ahead of what
+    /// queued meanwhile, within the bound.
+    fn requeue(&self, round: Vec<String>) {
+        let mut queue = self.lock();
+        let later = std::mem::take(&mut queue.payloads);
+        queue.seen.clear();
+        for payload in round.into_iter().chain(later) {
+            if queue.seen.contains(&payload) {
+                continue;
+            }
+            if queue.payloads.len() >= MAX_QUEUED {
+                queue.dropped += 1;
+                continue;
+            }
+            queue.seen.insert(payload.clone());
+            queue.payloads.push(payload);
+        }
+    }
+
     async fn run(self: Arc<Self>, pool: Pool) {
+        // Set while announcements fail (the pool busy, the database away): the round is kept
+        // and tried again after RETRY_AFTER, and the log says so once per episode.
+        let mut failing = false;
         loop {
-            self.queued.notified().await;
+            if failing {
+                tokio::time::sleep(RETRY_AFTER).await;
+            } else {
+                self.queued.notified().await;
+            }
             let (payloads, dropped) = self.take();
             if dropped > 0 {
                 tracing::warn!(
@@ -133,22 +162,32 @@ impl Announcer {
             if payloads.is_empty() {
                 continue;
             }
-            let count = payloads.len();
+            let round = payloads.clone();
             let pool = pool.clone();
             let sent = tokio::task::spawn_blocking(move || {
                 let mut conn = pool.get().map_err(|e| e.to_string())?;
                 notify_all(&mut conn, payloads).map_err(|e| e.to_string())
             })
-            .await;
+            .await
+            .unwrap_or_else(|_| Err("the announcement task failed".to_owned()));
             match sent {
-                Ok(Ok(())) => {}
-                Ok(Err(cause)) => tracing::warn!(
-                    count,
-                    %cause,
-                    "wake-ups not announced to other instances; their long-polls there answer \
-                     at their timeout instead"
-                ),
-                Err(_) => tracing::warn!(count, "the wake-up announcement task failed"),
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("wake-ups are announced to other instances again");
+                }
+                Ok(()) => {}
+                Err(cause) => {
+                    if !failing {
+                        tracing::warn!(
+                            %cause,
+                            "cannot announce wake-ups to other instances; trying again \
+                             every {} ms (their long-polls answer at their timeout meanwhile)",
+                            RETRY_AFTER.as_millis()
+                        );
+                    }
+                    failing = true;
+                    self.requeue(round);
+                }
             }
         }
     }
@@ -196,5 +235,22 @@ mod tests {
         let (payloads, dropped) = announcer.take();
         assert_eq!(payloads.len(), MAX_QUEUED);
         assert_eq!(dropped, 10);
+    }
+
+    #[test]
+    fn a_round_that_failed_goes_first_next_time_without_repeats() {
+        let announcer = Announcer::new("i1".into());
+        let mut first = Wakes::default();
+        first.record(WakeEvent::MessageSent(1));
+        first.record(WakeEvent::MessageSent(2));
+        announcer.queue(&first);
+        let (round, _) = announcer.take();
+        let mut meanwhile = Wakes::default();
+        meanwhile.record(WakeEvent::MessageSent(2));
+        meanwhile.record(WakeEvent::MessageSent(3));
+        announcer.queue(&meanwhile);
+
+        announcer.requeue(round);
+        assert_eq!(announcer.take().0, ["i1 m 1", "i1 m 2", "i1 m 3"]);
     }
 }

@@ -124,17 +124,6 @@ fn ack_round(
         advance_members(conn, user_id, &member_moves(&plans))?
             .into_iter()
             .collect();
-    if let Some(d) = device {
-        let device_moves: Vec<(GroupId, MsgId)> = plans
-            .iter()
-            .filter_map(|p| p.device_to.map(|to| (GroupId(p.state.group_id), MsgId(to))))
-            .collect();
-        for (group_id, acked) in advance_devices(conn, user_id, d, &device_moves)? {
-            if let Some(plan) = plans.iter_mut().find(|p| p.state.group_id == group_id) {
-                plan.state.last_ack_msg_id = acked;
-            }
-        }
-    }
     for plan in &mut plans {
         if plan.advance.is_none() {
             continue;
@@ -150,6 +139,19 @@ fn ack_round(
             }));
         };
         plan.apply(after, device.is_none());
+    }
+    // After the membership rows: a device's cursor row needs its membership row, which a
+    // concurrent removal may have taken (refused above).
+    if let Some(d) = device {
+        let device_moves: Vec<(GroupId, MsgId)> = plans
+            .iter()
+            .filter_map(|p| p.device_to.map(|to| (GroupId(p.state.group_id), MsgId(to))))
+            .collect();
+        for (group_id, acked) in advance_devices(conn, user_id, d, &device_moves)? {
+            if let Some(plan) = plans.iter_mut().find(|p| p.state.group_id == group_id) {
+                plan.state.last_ack_msg_id = acked;
+            }
+        }
     }
     record_effects(conn, user_id, &plans, device, wakes)?;
     let above: HashMap<i64, AboveRead> = above_read_in_groups(conn, &group_ids, user_id)?

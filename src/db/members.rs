@@ -218,8 +218,8 @@ fn move_if_at(column: &str, from: i64, to: i64) -> SqlLiteral<BigInt> {
 /// range the cursor passes). Returns the cursors after the move by group; a group whose
 /// membership row is gone (removed since it was read) is missing.
 ///
-/// On PostgreSQL the rows are locked as the join reaches them: in the order of `moves`, which
-/// the caller sorts by group like every write that touches several groups.
+/// On PostgreSQL the rows are locked first, in group order, like every write that touches
+/// several groups.
 pub fn advance_members(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -261,6 +261,8 @@ pub fn advance_members(
             .sql(" WHERE group_members.group_id = ")
             .int(*group_id)
     } else {
+        let group_ids: Vec<i64> = moves.iter().map(|(group_id, _)| *group_id).collect();
+        lock_in_group_order(conn, "group_members", "user_id", user_id, &group_ids)?;
         let rows: Vec<Vec<i64>> = moves
             .iter()
             .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
@@ -291,6 +293,33 @@ pub fn advance_members(
             (m.group_id, after)
         })
         .collect())
+}
+
+/// PostgreSQL: locks the rows of `table` whose `key_column` is `key` in `group_ids`, in group
+/// order. An `UPDATE … FROM (VALUES …)` locks rows in whatever order its plan reaches them,
+/// so two multi-group writes of one user could take them in opposite orders and deadlock;
+/// locking first, sorted, gives every such write the same order. SQLite has one writer and
+/// no row locks.
+pub(super) fn lock_in_group_order(
+    conn: &mut AnyConnection,
+    table: &str,
+    key_column: &str,
+    key: &str,
+    group_ids: &[i64],
+) -> QueryResult<()> {
+    if !matches!(conn, AnyConnection::Postgresql(_)) || group_ids.len() < 2 {
+        return Ok(());
+    }
+    RawSql::default()
+        .sql(&format!(
+            "SELECT group_id FROM {table} WHERE {key_column} = "
+        ))
+        .text(key)
+        .sql(" AND group_id IN ")
+        .int_list(group_ids)
+        .sql(" ORDER BY group_id FOR NO KEY UPDATE")
+        .execute(conn)
+        .map(|_| ())
 }
 
 #[derive(diesel::QueryableByName)]

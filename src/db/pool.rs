@@ -171,8 +171,12 @@ impl Db {
             let mut wakes = Wakes::default();
             Ok(f(conn, &mut wakes)?.map(|value| (value, wakes)))
         };
+        // Runs where the commit happened, not in the caller's future: a client that hangs up
+        // drops that future, but what it wrote is committed and its waiters must hear of it.
+        let committed = self.on_commit();
+        let after_commit = move |(_, wakes): &(T, Wakes)| committed(wakes);
         let outcome = match &self.lane {
-            Some(lane) => lane.submit(work).await,
+            Some(lane) => lane.submit(work, after_commit).await,
             None => {
                 let commits = self.commits.clone();
                 let announce_now = matches!(self.announce, Announce::InTransaction);
@@ -184,8 +188,9 @@ impl Db {
                         }
                         Ok(outcome)
                     })?;
-                    if outcome.is_ok() {
+                    if let Ok(done) = &outcome {
                         commits.committed(1);
+                        after_commit(done);
                     }
                     Ok(outcome)
                 })
@@ -196,17 +201,27 @@ impl Db {
         if outcome.is_ok() {
             self.storage.wrote();
         }
-        Ok(outcome.map(|(value, wakes)| {
-            if let Announce::AfterCommit(announcer) = &self.announce {
-                announcer.queue(&wakes);
+        Ok(outcome.map(|(value, _)| value))
+    }
+
+    /// What a committed write's wake-ups do: wake this process's waiters, and queue them for
+    /// other instances when this instance announces after its commits.
+    fn on_commit(&self) -> impl Fn(&Wakes) + Send + 'static {
+        let notifier = self.notifier.clone();
+        let announcer = match &self.announce {
+            Announce::AfterCommit(announcer) => Some(announcer.clone()),
+            Announce::InTransaction | Announce::Never => None,
+        };
+        move |wakes: &Wakes| {
+            if let Some(announcer) = &announcer {
+                announcer.queue(wakes);
             }
-            if let Some(notifier) = &self.notifier {
+            if let Some(notifier) = &notifier {
                 for event in wakes.events() {
                     notifier.wake(event);
                 }
             }
-            value
-        }))
+        }
     }
 
     /// Write transactions committed, and the writes they carried (more than one each when

@@ -20,6 +20,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
+use super::members::lock_in_group_order;
 use super::raw_sql::RawSql;
 use super::unread::unread_sql;
 use super::AnyConnection;
@@ -232,6 +233,8 @@ pub fn note_reads_on_device(
     if unread_by_group.is_empty() {
         return Ok(());
     }
+    let group_ids: Vec<i64> = unread_by_group.iter().map(|(g, _)| g.0).collect();
+    lock_in_group_order(conn, "push_group_state", "device_id", device_id, &group_ids)?;
     let rows: Vec<Vec<i64>> = unread_by_group
         .iter()
         .map(|&(group_id, unread)| vec![group_id.0, unread])

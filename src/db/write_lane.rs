@@ -35,26 +35,32 @@ trait Write: Send {
 
 type Reply<T, R> = tokio::sync::oneshot::Sender<Result<Result<T, R>, DbError>>;
 
-struct PendingWrite<F, T, R> {
+struct PendingWrite<F, C, T, R> {
     write: F,
+    after_commit: C,
     reply: Reply<T, R>,
 }
 
-impl<F, T, R> Write for PendingWrite<F, T, R>
+impl<F, C, T, R> Write for PendingWrite<F, C, T, R>
 where
     F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>> + Send + 'static,
+    C: FnOnce(&T) + Send + 'static,
     T: Send + 'static,
     R: Send + 'static,
 {
     fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran {
         let (outcome, lost_batch) = run_in_savepoint(conn, self.write);
-        let reply = self.reply;
+        let (reply, after_commit) = (self.reply, self.after_commit);
         Ran {
             answer: Box::new(move |batch_error| {
-                let _ = reply.send(match batch_error {
+                let answer = match batch_error {
                     Some(e) => Err(e),
                     None => outcome,
-                });
+                };
+                if let Ok(Ok(value)) = &answer {
+                    after_commit(value);
+                }
+                let _ = reply.send(answer);
             }),
             lost_batch,
         }
@@ -120,15 +126,21 @@ impl WriteLane {
     }
 
     /// Runs `f` in the next batch; the outcome arrives once the batch committed. A refusal
-    /// (`Ok(Err(_))`) or an error rolls back only what `f` did.
-    pub async fn submit<T, R, F>(&self, f: F) -> Result<Result<T, R>, DbError>
+    /// (`Ok(Err(_))`) or an error rolls back only what `f` did. `after_commit` runs on the
+    /// lane once `f`'s work is committed, whether or not the caller is still waiting.
+    pub async fn submit<T, R, F, C>(&self, f: F, after_commit: C) -> Result<Result<T, R>, DbError>
     where
         F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>> + Send + 'static,
+        C: FnOnce(&T) + Send + 'static,
         T: Send + 'static,
         R: Send + 'static,
     {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(PendingWrite { write: f, reply });
+        let job: Job = Box::new(PendingWrite {
+            write: f,
+            after_commit,
+            reply,
+        });
         self.jobs.send(job).map_err(|_| DbError::Task)?;
         answer.await.map_err(|_| DbError::Task)?
     }

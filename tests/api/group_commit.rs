@@ -19,6 +19,7 @@ use chorus::config::Settings;
 on_both_engines!(
     writes_queued_behind_a_busy_database_keep_their_own_outcomes,
     a_lone_write_commits_at_once_on_its_own,
+    a_send_whose_client_hung_up_before_the_commit_still_wakes_the_waiters,
 );
 on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
 
@@ -267,4 +268,45 @@ async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
     let (commits, writes) = commits_and_writes(&app).await;
     assert_eq!(commits - commits_before, writes - writes_before);
     assert_eq!(writes - writes_before, 8.0);
+}
+
+/// A client may hang up while its write waits for the database (a phone losing its network).
+/// The write still commits, and whoever waits for it must hear of it then: the waking belongs
+/// to the commit, not to the request that is no longer there.
+async fn a_send_whose_client_hung_up_before_the_commit_still_wakes_the_waiters(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .expect("a client");
+
+    let lock = HeldLock::take(&app, group).await;
+    let hung_up = impatient
+        .post(format!("{}/v1/groups/{group}/messages", app.address))
+        .bearer_auth(app.token("alice"))
+        .json(&json!({"client_msg_id": "gone-1", "content": "sent from a tunnel"}))
+        .send()
+        .await;
+    assert!(hung_up.is_err(), "the client gave up first: {hung_up:?}");
+
+    // Bob waits from his cursor; the lock goes and the abandoned send commits.
+    let query = format!("?cursor={cursor}&timeout_s=30");
+    let asked = Instant::now();
+    let (woken, _) = tokio::join!(app.poll_sync("bob", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        lock.release().await
+    });
+    assert_eq!(woken.status, 200);
+    assert_eq!(
+        woken.body["groups"][0]["last_msg_id"], 1,
+        "{:?}",
+        woken.body
+    );
+    // Generous for a loaded machine; a poll nobody woke would take its full 30 s.
+    assert!(
+        asked.elapsed() < Duration::from_secs(20),
+        "woken by the commit, not by the timeout: {:?}",
+        asked.elapsed()
+    );
 }
