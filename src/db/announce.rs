@@ -71,6 +71,21 @@ struct Queue {
     dropped: u64,
 }
 
+impl Queue {
+    /// Adds a payload unless it is already queued; beyond the bound it is dropped and counted.
+    fn push(&mut self, payload: String) {
+        if self.seen.contains(&payload) {
+            return;
+        }
+        if self.payloads.len() >= MAX_QUEUED {
+            self.dropped += 1;
+            return;
+        }
+        self.seen.insert(payload.clone());
+        self.payloads.push(payload);
+    }
+}
+
 impl Announcer {
     /// The announcer of the instance named `instance`, its task running on `pool`.
     pub fn start(pool: Pool, instance: String) -> Arc<Announcer> {
@@ -95,16 +110,7 @@ impl Announcer {
         {
             let mut queue = self.lock();
             for event in wakes.events() {
-                let payload = event.encode(&self.instance);
-                if queue.seen.contains(&payload) {
-                    continue;
-                }
-                if queue.payloads.len() >= MAX_QUEUED {
-                    queue.dropped += 1;
-                    continue;
-                }
-                queue.seen.insert(payload.clone());
-                queue.payloads.push(payload);
+                queue.push(event.encode(&self.instance));
             }
         }
         self.queued.notify_one();
@@ -129,15 +135,7 @@ impl Announcer {
         let later = std::mem::take(&mut queue.payloads);
         queue.seen.clear();
         for payload in round.into_iter().chain(later) {
-            if queue.seen.contains(&payload) {
-                continue;
-            }
-            if queue.payloads.len() >= MAX_QUEUED {
-                queue.dropped += 1;
-                continue;
-            }
-            queue.seen.insert(payload.clone());
-            queue.payloads.push(payload);
+            queue.push(payload);
         }
     }
 
