@@ -77,6 +77,7 @@ pub mod defaults {
     pub const DEVICE_RETENTION_SECS: i64 = 30 * 24 * 3600;
     pub const RECALL_WINDOW_SECS: i64 = 24 * 3600;
     pub const EDIT_WINDOW_SECS: i64 = 24 * 3600;
+    pub const MAX_GROUP_MEMBERS: i64 = 100_000;
     pub const RETENTION_INTERVAL_SECS: u64 = 60;
     pub const LONGPOLL_MAX_PER_USER: usize = 8;
     pub const LONGPOLL_MAX_TOTAL: usize = 20_000;
@@ -179,6 +180,12 @@ pub struct Settings {
     /// device's refusal of its old tokens is kept as long.
     #[arg(long, env = "CHORUS_DEVICE_RETENTION_SECS", default_value_t = defaults::DEVICE_RETENTION_SECS, global = true)]
     pub device_retention_secs: i64,
+
+    /// The most members a group may have; adding beyond it is refused with 409
+    /// `too_many_members`. Receipts, sends and acks were measured flat up to 100,000.
+    #[arg(long, env = "CHORUS_MAX_GROUP_MEMBERS", default_value_t = defaults::MAX_GROUP_MEMBERS,
+          value_parser = clap::value_parser!(i64).range(2..=1_000_000), global = true)]
+    pub max_group_members: i64,
 
     /// A message's sender may recall it for this many seconds after sending (then 409
     /// `recall_window_passed`). The owner may delete any message at any time.
@@ -293,6 +300,7 @@ impl Settings {
             device_retention_secs: defaults::DEVICE_RETENTION_SECS,
             recall_window_secs: defaults::RECALL_WINDOW_SECS,
             edit_window_secs: defaults::EDIT_WINDOW_SECS,
+            max_group_members: defaults::MAX_GROUP_MEMBERS,
             message_retention_secs: None,
             retention_interval_secs: defaults::RETENTION_INTERVAL_SECS,
             longpoll_max_per_user: defaults::LONGPOLL_MAX_PER_USER,
@@ -497,6 +505,25 @@ mod tests {
             parsed.settings.db_settings_for_url("x").sqlite_cache_kib,
             64
         );
+    }
+
+    #[test]
+    fn a_member_cap_outside_its_range_is_refused_naming_the_flag() {
+        let command = Cli::command().mut_args(|arg| arg.env(None::<&str>));
+        for bad in ["0", "1", "1000001", "-5", "many"] {
+            let error = command
+                .clone()
+                .try_get_matches_from(["chorus", "--max-group-members", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(error.contains("--max-group-members"), "{bad}: {error}");
+        }
+        let matches = command
+            .try_get_matches_from(["chorus", "--max-group-members", "2"])
+            .expect("the smallest cap");
+        let parsed = Cli::from_arg_matches(&matches).expect("settings");
+        assert_eq!(parsed.settings.max_group_members, 2);
+        assert_eq!(Settings::defaults().max_group_members, 100_000);
     }
 
     #[test]

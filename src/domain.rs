@@ -9,7 +9,6 @@ pub const MAX_CONTENT_BYTES: usize = 16 * 1024;
 pub const MAX_GROUP_NAME_CHARS: usize = 200;
 pub const MAX_IDS_PER_REQUEST: usize = 1000;
 pub const MAX_ACKS_PER_REQUEST: usize = 500;
-pub const MAX_GROUP_MEMBERS: i64 = 10_000;
 pub const DEFAULT_PAGE_LIMIT: i64 = 50;
 pub const MAX_PAGE_LIMIT: i64 = 200;
 pub const MAX_REQUEST_BODY_BYTES: usize = 64 * 1024;

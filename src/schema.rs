@@ -9,6 +9,7 @@ diesel::table! {
         last_msg_id -> BigInt,
         created_at -> Timestamp,
         last_activity_at -> Timestamp,
+        member_count -> BigInt,
     }
 }
 

@@ -61,6 +61,7 @@ impl Application {
                 recall_secs: settings.recall_window_secs,
                 edit_secs: settings.edit_window_secs,
             },
+            max_group_members: settings.max_group_members,
         });
         let server = build_server(listener, state, settings)?;
         tracing::info!(address = %settings.bind, port, "listening");

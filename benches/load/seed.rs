@@ -21,10 +21,12 @@ const SEED_BATCH: usize = 100;
 /// Creates a group owned by `users[0]` with the others as members; returns its id.
 pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64 {
     let (owner, others) = users.split_first().expect("a group needs an owner");
-    let (group, _) =
-        chorus::db::groups::create_group(conn, owner, name, others, &mut Wakes::default())
-            .expect("seed group through the db layer");
-    group.group_id
+    let max_members = chorus::config::defaults::MAX_GROUP_MEMBERS;
+    let mut wakes = Wakes::default();
+    chorus::db::groups::create_group(conn, owner, name, others, max_members, &mut wakes)
+        .expect("seed group through the db layer")
+        .expect("a seeded group fits under the cap")
+        .group_id
 }
 
 /// One message of [`CONTENT`] from `sender`, through the same db call as a send.

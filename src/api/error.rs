@@ -234,8 +234,12 @@ impl From<Refusal> for ApiError {
             Refusal::NoSuchMember { user_id } => {
                 ApiError::NotFound(format!("{user_id} is not a member of this group"))
             }
-            Refusal::TooManyMembers { current, max } => ApiError::Conflict(format!(
-                "a group holds at most {max} members; it has {current}"
+            Refusal::TooManyMembers {
+                current,
+                adding,
+                max,
+            } => ApiError::Conflict(format!(
+                "a group holds at most {max} members; it has {current} and this would add {adding}"
             )),
             Refusal::NoMessage { group_id, msg_id } => ApiError::NotFound(format!(
                 "message {msg_id} does not exist in group {group_id}"

@@ -7,10 +7,8 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
-use crate::db::access::Refusal;
 use crate::db::{groups, members};
-use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId, MAX_GROUP_MEMBERS};
-use crate::refuse_unless;
+use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId};
 
 #[derive(Deserialize)]
 pub struct CreateGroupBody {
@@ -28,11 +26,14 @@ pub async fn create_group(
     let name = parse_group_name(&body.name)?;
     let member_ids = parse_user_ids("member_ids", &body.member_ids)?;
     let owner = user.id().to_owned();
-    let (group, member_count) = state
+    let max_members = state.max_group_members;
+    let group = state
         .db
-        .write(move |conn, wakes| groups::create_group(conn, &owner, &name, &member_ids, wakes))
-        .await?;
-    Ok(HttpResponse::Created().json(GroupView::new(group, member_count)))
+        .write_checked(move |conn, wakes| {
+            groups::create_group(conn, &owner, &name, &member_ids, max_members, wakes)
+        })
+        .await??;
+    Ok(HttpResponse::Created().json(GroupView::from(group)))
 }
 
 #[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
@@ -42,11 +43,8 @@ pub async fn get_group(
     path: web::Path<(i64,)>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
-    let (membership, member_count) = read_as_member(&state, group_id, &user, move |conn, _| {
-        groups::count_members(conn, group_id)
-    })
-    .await?;
-    Ok(HttpResponse::Ok().json(GroupView::new(membership.group, member_count)))
+    let (membership, ()) = read_as_member(&state, group_id, &user, |_, _| Ok(())).await?;
+    Ok(HttpResponse::Ok().json(GroupView::from(membership.group)))
 }
 
 #[derive(Deserialize)]
@@ -65,17 +63,13 @@ pub async fn rename_group(
     let group_id = path.0;
     let name = parse_group_name(&body.name)?;
     let actor = user.id().to_owned();
-    let (group, member_count) = state
+    let group = state
         .db
         .write_checked(move |conn, wakes| {
-            let group = refuse_unless!(groups::rename_group(conn, group_id, &actor, &name, wakes)?);
-            Ok(Ok::<_, Refusal>((
-                group,
-                groups::count_members(conn, group_id)?,
-            )))
+            groups::rename_group(conn, group_id, &actor, &name, wakes)
         })
         .await??;
-    Ok(HttpResponse::Ok().json(GroupView::new(group, member_count)))
+    Ok(HttpResponse::Ok().json(GroupView::from(group)))
 }
 
 #[derive(Deserialize)]
@@ -131,10 +125,11 @@ pub async fn add_members(
         return Err(ApiError::Validation("user_ids: must not be empty".into()));
     }
     let actor = user.id().to_owned();
+    let max_members = state.max_group_members;
     let added = state
         .db
         .write_checked(move |conn, wakes| {
-            members::add_members(conn, group_id, &actor, &user_ids, MAX_GROUP_MEMBERS, wakes)
+            members::add_members(conn, group_id, &actor, &user_ids, max_members, wakes)
         })
         .await??;
     Ok(HttpResponse::Ok().json(AddedMembers { added }))

@@ -1,5 +1,7 @@
 //! Handlers for sending and pulling group messages.
 
+use std::collections::HashMap;
+
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
@@ -14,13 +16,11 @@ use crate::db::devices::device_ack;
 use crate::db::entry_refs::{load_refs, refs_of_new, EntryRefs};
 use crate::db::messages::{self, stored_mentions, Author, SendOutcome, UserEntry};
 use crate::db::models::{EntryKind, MemberRow, MessageRow};
-use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
+use crate::db::receipt_counts::{receipt_counts, ReceiptCounts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, parse_msg_id};
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::refuse_unless;
-
-const MESSAGE: &str = EntryKind::Message.as_str();
 
 /// 201 with the new entry, or 200 with the original when `client_msg_id` was seen before.
 #[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
@@ -119,8 +119,8 @@ impl ListMessagesQuery {
 struct Pulled {
     rows: Vec<MessageRow>,
     refs: EntryRefs,
-    /// Every member's cursors, when receipts were asked for.
-    cursors: Option<Vec<MemberCursors>>,
+    /// The receipt counts of the caller's own messages on the page, when asked for.
+    receipts: HashMap<i64, ReceiptCounts>,
     device_ack: i64,
 }
 
@@ -151,15 +151,21 @@ fn pull(
             messages::page_after(conn, GroupId(group_id), MsgId(after), limit + 1)?
         }
     };
-    let cursors = if with_receipts {
-        Some(member_cursors(conn, group_id)?)
+    let receipts = if with_receipts {
+        // Only the caller's own messages carry receipts: other entries have none.
+        let own: Vec<MsgId> = (rows.iter())
+            .filter(|m| m.sender_id == member.user_id && m.kind == EntryKind::Message)
+            .map(|m| MsgId(m.msg_id))
+            .collect();
+        let counts = receipt_counts(conn, GroupId(group_id), &member.user_id, &own)?;
+        own.iter().map(|m| m.0).zip(counts).collect()
     } else {
-        None
+        HashMap::new()
     };
     Ok(Pulled {
         refs: load_refs(conn, group_id, &rows)?,
         rows,
-        cursors,
+        receipts,
         device_ack,
     })
 }
@@ -206,11 +212,9 @@ pub async fn list_messages(
     let mut messages: Vec<MessageView> = (pulled.rows.into_iter())
         .map(|row| MessageView::new(row, &pulled.refs, floor))
         .collect();
-    if let Some(cursors) = pulled.cursors {
-        // Receipts go on the caller's own messages only: entries of other kinds have none.
-        let own = |m: &&mut MessageView| m.sender_id == user.id() && m.kind == MESSAGE;
-        for message in messages.iter_mut().filter(own) {
-            message.receipt = Some(count_receipts(&cursors, message.msg_id, user.id()).into());
+    for message in &mut messages {
+        if let Some(counts) = pulled.receipts.get(&message.msg_id) {
+            message.receipt = Some((*counts).into());
         }
     }
     Ok(HttpResponse::Ok().json(MessagesPage {

@@ -8,11 +8,11 @@ use super::extract::AuthUser;
 use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
-use crate::db::access::Refusal;
+use crate::db::access::{Membership, Refusal};
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
-use crate::db::models::EntryKind;
-use crate::db::receipts::{count_receipts, member_cursors, MemberCursors};
+use crate::db::models::{EntryKind, MessageRow};
+use crate::db::receipt_counts::{audience_page, receipt_counts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 
@@ -36,48 +36,58 @@ pub async fn get_message_receipts(
         Some(c) => Some(UserId::parse("cursor", c)?),
         None => None,
     };
-    let (membership, (message, members)) =
-        read_as_member(&state, group_id, &user, move |conn, _| {
-            let message = find_message(conn, GroupId(group_id), MsgId(msg_id))?;
-            Ok((message, member_cursors(conn, group_id)?))
-        })
-        .await?;
-    // A message from before the caller joined is not theirs to see.
-    let message = message
-        .filter(|m| m.msg_id > membership.member.joined_after_msg_id)
-        .ok_or(Refusal::NoMessage { group_id, msg_id })?;
-    if message.sender_id != user.id() && !membership.member.is_owner() {
-        return Err(Refusal::ReceiptsOfOthers.into());
-    }
-    if message.kind != EntryKind::Message {
-        let kind = message.kind;
-        return Err(Refusal::NoReceipts { msg_id, kind }.into());
-    }
-    let counts = count_receipts(&members, msg_id, &message.sender_id);
-    let mut audience = members
-        .iter()
-        .filter(|m| m.receives(msg_id, &message.sender_id))
-        .filter(|m| {
-            after
-                .as_ref()
-                .is_none_or(|a| m.user_id.as_str() > a.as_str())
-        });
-    let page: Vec<_> = audience.by_ref().take(limit as usize).collect();
-    let has_more = audience.next().is_some();
-    let (read, unread): (Vec<&MemberCursors>, Vec<&MemberCursors>) =
-        page.iter().copied().partition(|m| m.has_read(msg_id));
+    let after_id = after.map(|a| a.as_str().to_owned());
+    let (_, found) = read_as_member(&state, group_id, &user, move |conn, membership| {
+        let (group, msg) = (GroupId(group_id), MsgId(msg_id));
+        let message = match find_message(conn, group, msg)? {
+            Some(m) => m,
+            None => return Ok(Err(Refusal::NoMessage { group_id, msg_id })),
+        };
+        if let Err(refusal) = may_see_receipts(membership, &message) {
+            return Ok(Err(refusal));
+        }
+        let sender = message.sender_id.clone();
+        let counts = receipt_counts(conn, group, &sender, &[msg])?;
+        let page = audience_page(conn, group, msg, &sender, after_id.as_deref(), limit + 1)?;
+        Ok(Ok((message, counts, page)))
+    })
+    .await?;
+    let (message, counts, mut page) = found?;
+    let counts = counts.into_iter().next().unwrap_or_default();
+    let has_more = page.len() as i64 > limit;
+    page.truncate(limit as usize);
+    let next_cursor = has_more
+        .then(|| page.last().map(|(user_id, _)| user_id.clone()))
+        .flatten();
+    let (read, unread): (Vec<_>, Vec<_>) = page.into_iter().partition(|(_, read)| *read);
     Ok(HttpResponse::Ok().json(MessageReceiptsView {
         group_id,
         msg_id,
         sender_id: message.sender_id.clone(),
         counts: counts.into(),
-        read_user_ids: read.iter().map(|m| m.user_id.clone()).collect(),
-        unread_user_ids: unread.iter().map(|m| m.user_id.clone()).collect(),
+        read_user_ids: read.into_iter().map(|(user_id, _)| user_id).collect(),
+        unread_user_ids: unread.into_iter().map(|(user_id, _)| user_id).collect(),
         has_more,
-        next_cursor: has_more
-            .then(|| page.last().map(|m| m.user_id.clone()))
-            .flatten(),
+        next_cursor,
     }))
+}
+
+/// Whether `member` may see the receipts of `message`: a message of the group from after
+/// they joined (others are not theirs to see at all), sent by them unless they own the group,
+/// and a message, not a change entry or a system line.
+fn may_see_receipts(member: &Membership, message: &MessageRow) -> Result<(), Refusal> {
+    let (group_id, msg_id) = (message.group_id, message.msg_id);
+    if msg_id <= member.member.joined_after_msg_id {
+        return Err(Refusal::NoMessage { group_id, msg_id });
+    }
+    if message.sender_id != member.member.user_id && !member.member.is_owner() {
+        return Err(Refusal::ReceiptsOfOthers);
+    }
+    if message.kind != EntryKind::Message {
+        let kind = message.kind;
+        return Err(Refusal::NoReceipts { msg_id, kind });
+    }
+    Ok(())
 }
 
 /// Long-poll: receipt changes of messages the caller sent.
@@ -124,7 +134,8 @@ fn fetch_receipt_changes(
     })
 }
 
-/// Current counts for the given messages of `sender_id`; one member query per group.
+/// Current counts for the given messages of `sender_id`: a few statements per group, however
+/// many of its messages the page holds.
 fn current_counts(
     conn: &mut AnyConnection,
     sender_id: &str,
@@ -132,12 +143,19 @@ fn current_counts(
 ) -> diesel::QueryResult<Vec<ReceiptChangeView>> {
     let mut views = Vec::with_capacity(refs.len());
     for same_group in refs.chunk_by(|a, b| a.group_id == b.group_id) {
-        let members = member_cursors(conn, same_group[0].group_id)?;
-        views.extend(same_group.iter().map(|r| ReceiptChangeView {
-            group_id: r.group_id,
-            msg_id: r.msg_id,
-            counts: ReceiptCountsView::from(count_receipts(&members, r.msg_id, sender_id)),
-        }));
+        let group_id = same_group[0].group_id;
+        let msg_ids: Vec<MsgId> = same_group.iter().map(|r| MsgId(r.msg_id)).collect();
+        let counts = receipt_counts(conn, GroupId(group_id), sender_id, &msg_ids)?;
+        views.extend(
+            same_group
+                .iter()
+                .zip(counts)
+                .map(|(r, counts)| ReceiptChangeView {
+                    group_id: r.group_id,
+                    msg_id: r.msg_id,
+                    counts: ReceiptCountsView::from(counts),
+                }),
+        );
     }
     Ok(views)
 }

@@ -22,6 +22,8 @@ pub struct AppState {
     pub longpoll: LongPollSettings,
     /// How long after sending a message its sender may recall or edit it.
     pub change_windows: ChangeWindows,
+    /// The most members a group may have.
+    pub max_group_members: i64,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -10,7 +10,7 @@ use crate::db::devices::DeviceRow;
 use crate::db::entry_refs::EntryRefs;
 use crate::db::models::{GroupRow, MemberRow, MessageRow};
 use crate::db::push_targets::PushTargetView;
-use crate::db::receipts::ReceiptCounts;
+use crate::db::receipt_counts::ReceiptCounts;
 use crate::domain::PREVIEW_CHARS;
 
 fn utc(t: NaiveDateTime) -> DateTime<Utc> {
@@ -27,14 +27,14 @@ pub struct GroupView {
     pub created_at: DateTime<Utc>,
 }
 
-impl GroupView {
-    pub fn new(group: GroupRow, member_count: i64) -> Self {
+impl From<GroupRow> for GroupView {
+    fn from(group: GroupRow) -> Self {
         GroupView {
             group_id: group.group_id,
             name: group.name,
             owner_id: group.owner_id,
             last_msg_id: group.last_msg_id,
-            member_count,
+            member_count: group.member_count,
             created_at: utc(group.created_at),
         }
     }

@@ -25,6 +25,7 @@ pub enum Refusal {
     },
     TooManyMembers {
         current: i64,
+        adding: i64,
         max: i64,
     },
     NoMessage {

@@ -3,22 +3,26 @@
 use diesel::prelude::*;
 
 use super::access::{member_of, Checked};
-use super::members::insert_joined;
+use super::members::{insert_joined, within_cap};
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
 use crate::refuse_unless;
-use crate::schema::{group_members, groups};
+use crate::schema::groups;
 use crate::wake::Wakes;
 
-/// Creates a group owned by `owner_id` with the given other members.
+/// Creates a group owned by `owner_id` with the given other members, if they fit under the
+/// cap `max_members` (the owner counts).
 pub fn create_group(
     conn: &mut AnyConnection,
     owner_id: &str,
     name: &str,
     member_ids: &[String],
+    max_members: i64,
     wakes: &mut Wakes,
-) -> QueryResult<(GroupRow, i64)> {
+) -> Checked<GroupRow> {
+    let others: Vec<&String> = member_ids.iter().filter(|id| *id != owner_id).collect();
+    refuse_unless!(within_cap(0, others.len() + 1, max_members));
     let now = now_utc();
     let group_id: i64 = diesel::insert_into(groups::table)
         .values(&NewGroup {
@@ -32,15 +36,13 @@ pub fn create_group(
         .get_result(conn)?;
     let mut rows = vec![NewMember::joining(group_id, owner_id, Role::Owner, 0, now)];
     rows.extend(
-        member_ids
-            .iter()
-            .filter(|id| id.as_str() != owner_id)
+        others
+            .into_iter()
             .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
     );
-    let member_count = rows.len() as i64;
     insert_joined(conn, group_id, &rows, wakes)?;
     let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
-    Ok((group, member_count))
+    Ok(Ok(group))
 }
 
 /// The owner `actor_id` renames the group; a line in its log tells the members. The same name
@@ -108,18 +110,24 @@ pub fn release_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<()
         .map(|_| ())
 }
 
-/// Reads the group's last message id while holding its row lock (PostgreSQL) until the
-/// transaction ends, so members added now join exactly after the last committed message.
-pub fn lock_last_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
-    diesel::update(groups::table.find(group_id))
+/// The group's last message id and member count, read while holding its row lock
+/// (PostgreSQL) until the transaction ends: members added now join exactly after the last
+/// committed message, and no other change of membership can slip between the count and the
+/// caller's own.
+pub fn lock_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<LockedGroup> {
+    let (last_msg_id, member_count) = diesel::update(groups::table.find(group_id))
         .set(groups::last_msg_id.eq(groups::last_msg_id))
-        .returning(groups::last_msg_id)
-        .get_result(conn)
+        .returning((groups::last_msg_id, groups::member_count))
+        .get_result(conn)?;
+    Ok(LockedGroup {
+        last_msg_id,
+        member_count,
+    })
 }
 
-pub fn count_members(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
-    group_members::table
-        .filter(group_members::group_id.eq(group_id))
-        .count()
-        .get_result(conn)
+/// What [`lock_group`] read under the lock.
+#[derive(Debug, Clone, Copy)]
+pub struct LockedGroup {
+    pub last_msg_id: i64,
+    pub member_count: i64,
 }

@@ -4,10 +4,11 @@ use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
+use std::collections::HashSet;
 
 use super::access::{member_of, Checked, Refusal};
 use super::devices;
-use super::groups::{count_members, lock_last_msg_id};
+use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::raw_sql::RawSql;
@@ -63,23 +64,21 @@ pub fn add_members(
 ) -> Checked<Vec<String>> {
     let actor = refuse_unless!(member_of(conn, group_id, actor_id)?);
     refuse_unless!(actor.require_owner("add members"));
-    let last_msg_id = lock_last_msg_id(conn, group_id)?;
-    let existing: Vec<String> = group_members::table
+    let locked = lock_group(conn, group_id)?;
+    let existing: HashSet<String> = group_members::table
         .filter(group_members::group_id.eq(group_id))
         .filter(group_members::user_id.eq_any(user_ids))
         .select(group_members::user_id)
-        .load(conn)?;
+        .load::<String>(conn)?
+        .into_iter()
+        .collect();
     let now = now_utc();
     let rows: Vec<NewMember> = user_ids
         .iter()
-        .filter(|id| !existing.contains(id))
-        .map(|id| NewMember::joining(group_id, id, Role::Member, last_msg_id, now))
+        .filter(|id| !existing.contains(*id))
+        .map(|id| NewMember::joining(group_id, id, Role::Member, locked.last_msg_id, now))
         .collect();
-    let current = count_members(conn, group_id)?;
-    if current + rows.len() as i64 > max_members {
-        let max = max_members;
-        return Ok(Err(Refusal::TooManyMembers { current, max }));
-    }
+    refuse_unless!(within_cap(locked.member_count, rows.len(), max_members));
     if rows.is_empty() {
         return Ok(Ok(Vec::new()));
     }
@@ -87,6 +86,19 @@ pub fn add_members(
     append_system_line(conn, group_id, actor_id, SystemLine::Joined(&joined), wakes)?;
     insert_joined(conn, group_id, &rows, wakes)?;
     Ok(Ok(rows.into_iter().map(|r| r.user_id).collect()))
+}
+
+/// Whether a group of `current` members may take `adding` more under the cap `max`.
+pub fn within_cap(current: i64, adding: usize, max: i64) -> Result<(), Refusal> {
+    let adding = adding as i64;
+    if current + adding > max {
+        return Err(Refusal::TooManyMembers {
+            current,
+            adding,
+            max,
+        });
+    }
+    Ok(())
 }
 
 /// Inserts new members of a group, tells their other devices they joined, and wakes their
@@ -134,6 +146,9 @@ pub fn remove_member(
     if user_id == actor.group.owner_id {
         return Ok(Err(Refusal::OwnerCannotLeave));
     }
+    // The group's row first, as a send takes it before the sender's row: a removal racing
+    // the removed member's send waits instead of deadlocking with it.
+    lock_group(conn, group_id)?;
     let Some(member) = find_member(conn, group_id, user_id)? else {
         let user_id = user_id.to_owned();
         return Ok(Err(Refusal::NoSuchMember { user_id }));

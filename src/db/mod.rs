@@ -29,6 +29,7 @@ pub mod push_due;
 pub mod push_outbox;
 pub mod push_targets;
 pub mod raw_sql;
+pub mod receipt_counts;
 pub mod receipts;
 mod storage;
 pub mod system_lines;

@@ -15,6 +15,8 @@ pub struct GroupRow {
     pub created_at: NaiveDateTime,
     /// When the group last had a message (its creation until then).
     pub last_activity_at: NaiveDateTime,
+    /// Kept by the database itself (triggers on `group_members`), so no write can forget it.
+    pub member_count: i64,
 }
 
 #[derive(Insertable)]

@@ -19,6 +19,7 @@ mod devices;
 mod dropped_polls;
 mod group_commit;
 mod groups;
+mod large_groups;
 mod lifecycle;
 mod longpoll;
 mod mentions;

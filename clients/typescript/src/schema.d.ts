@@ -19,7 +19,9 @@ export interface paths {
          *     `member_ids` (deduplicated, the caller ignored if listed) becomes a `member`. Users
          *     need not exist beforehand: a user is just an id. The new group has `last_msg_id` 0.
          *     The name is stored with surrounding whitespace trimmed. Every member's `/v1/sync`
-         *     polls report the new group.
+         *     polls report the new group. A group larger than the server's member cap (see
+         *     Limits) is refused with 409 and not created; a larger group is built by adding
+         *     members in further requests of up to 1000 ids.
          */
         post: operations["createGroup"];
         delete?: never;
@@ -92,8 +94,8 @@ export interface paths {
          *     members are left unchanged and not reported in `added`. New members join *now*: they
          *     see only messages sent after this call, and their cursors start at the group's
          *     current `last_msg_id`, so nothing is unread for them; their `/v1/sync` polls report
-         *     the group. If the group would exceed 10000 members nothing is added and the answer is
-         *     409. `user_ids` must hold 1-1000 ids.
+         *     the group. If the group would pass the member cap (see Limits; members already in it
+         *     do not count twice) nothing is added and the answer is 409. `user_ids` must hold 1-1000 ids.
          */
         post: operations["addMembers"];
         delete?: never;
@@ -1802,8 +1804,9 @@ export interface components {
             };
         };
         /**
-         * @description The change conflicts with the group's state: adding members would exceed 10000
-         *     members, or the owner was to be removed.
+         * @description The change conflicts with the group's state: creating the group or adding members
+         *     would pass the member cap (the message gives the cap, the members the group has and
+         *     how many the request would add), or the owner was to be removed.
          */
         Conflict: {
             headers: {
@@ -2026,6 +2029,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];

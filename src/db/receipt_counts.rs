@@ -1,0 +1,425 @@
+//! Read receipts of messages, derived from the members' cursors with range counts on the
+//! cursor indexes, so their cost follows the members on the smaller side of each cursor, not
+//! the size of the group.
+//!
+//! No row per (message, recipient) exists: a member has read message `m` when their
+//! `last_read_msg_id >= m`, and has it delivered (to at least one of their devices) when
+//! `delivered_msg_id >= m`, so one ack covering 1..N marks all N read with one row written.
+//! The audience of `m` is the members who joined before it (`joined_after_msg_id < m`) and
+//! are still members, minus its sender.
+//!
+//! A member's cursors start where they joined and never go back, so every member who joined
+//! after `m` also has both cursors at or above `m`. That turns each count into differences of
+//! "how many members have this cursor at or above `m`", which an index on (group, cursor)
+//! answers by reading one side of `m`: the side with fewer members on it.
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text};
+
+use super::raw_sql::RawSql;
+use super::AnyConnection;
+use crate::domain::{GroupId, MsgId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReceiptCounts {
+    pub read_count: i64,
+    pub unread_count: i64,
+    pub delivered_count: i64,
+}
+
+/// The receipt counts of messages `msg_ids` of one sender in one group, in the order given,
+/// all read in one snapshot. A constant number of statements however many messages: the
+/// group's size and the sender's row, the counts at the newest message, and one histogram of
+/// the cursors that fall between the oldest and the newest.
+pub fn receipt_counts(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sender_id: &str,
+    msg_ids: &[MsgId],
+) -> QueryResult<Vec<ReceiptCounts>> {
+    if msg_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ascending: Vec<i64> = msg_ids.iter().map(|m| m.0).collect();
+    ascending.sort_unstable();
+    ascending.dedup();
+    in_snapshot(conn, |conn| {
+        let standing = group_standing(conn, group_id, sender_id)?;
+        let at_or_above = CursorTallies::count(conn, group_id, standing.members, &ascending)?;
+        Ok(msg_ids
+            .iter()
+            .map(|m| standing.counts(m.0, &at_or_above.at(m.0)))
+            .collect())
+    })
+}
+
+/// One page of a message's audience in user id order, after `after`: each member with
+/// whether they have read it.
+pub fn audience_page(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    msg_id: MsgId,
+    sender_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> QueryResult<Vec<(String, bool)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        user_id: String,
+        #[diesel(sql_type = BigInt)]
+        last_read_msg_id: i64,
+    }
+    let mut query = RawSql::default()
+        .sql("SELECT user_id, last_read_msg_id FROM group_members WHERE group_id = ")
+        .int(group_id.0)
+        .sql(" AND joined_after_msg_id < ")
+        .int(msg_id.0)
+        .sql(" AND user_id <> ")
+        .text(sender_id);
+    if let Some(after) = after {
+        query = query.sql(" AND user_id > ").text(after);
+    }
+    let rows: Vec<Row> = query
+        .sql(" ORDER BY user_id LIMIT ")
+        .int(limit)
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.user_id, r.last_read_msg_id >= msg_id.0))
+        .collect())
+}
+
+/// Runs `f` in one read-only snapshot: counts taken by several statements must all see the
+/// same members, or a member joining between two of them would be counted on one side only.
+/// PostgreSQL's default isolation takes a snapshot per statement, so this asks for
+/// REPEATABLE READ; SQLite keeps one snapshot for a transaction from its first read.
+fn in_snapshot<T>(
+    conn: &mut AnyConnection,
+    f: impl FnOnce(&mut AnyConnection) -> QueryResult<T>,
+) -> QueryResult<T> {
+    let begin = match conn {
+        AnyConnection::Postgresql(_) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        AnyConnection::Sqlite(_) => "BEGIN",
+    };
+    conn.batch_execute(begin)?;
+    match f(conn) {
+        Ok(value) => {
+            conn.batch_execute("COMMIT")?;
+            Ok(value)
+        }
+        Err(e) => {
+            // The read's own error is the one to report; a failed rollback leaves a
+            // connection the pool's health check discards.
+            let _ = conn.batch_execute("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+/// The cursors of the sender, who is never in their own message's audience.
+#[derive(Debug, Clone, Copy)]
+struct SenderCursors {
+    joined_after: i64,
+    read: i64,
+    delivered: i64,
+}
+
+/// The group's size and, if the sender is still a member, their cursors.
+#[derive(Debug, Clone, Copy)]
+struct Standing {
+    members: i64,
+    sender: Option<SenderCursors>,
+}
+
+fn group_standing(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sender_id: &str,
+) -> QueryResult<Standing> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        member_count: i64,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        joined_after_msg_id: Option<i64>,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        last_read_msg_id: Option<i64>,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        delivered_msg_id: Option<i64>,
+    }
+    let rows: Vec<Row> = RawSql::default()
+        .sql(
+            "SELECT g.member_count, m.joined_after_msg_id, m.last_read_msg_id, \
+             m.delivered_msg_id FROM groups g LEFT JOIN group_members m \
+             ON m.group_id = g.group_id AND m.user_id = ",
+        )
+        .text(sender_id)
+        .sql(" WHERE g.group_id = ")
+        .int(group_id.0)
+        .load(conn)?;
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)?;
+    let sender = match (
+        row.joined_after_msg_id,
+        row.last_read_msg_id,
+        row.delivered_msg_id,
+    ) {
+        (Some(joined_after), Some(read), Some(delivered)) => Some(SenderCursors {
+            joined_after,
+            read,
+            delivered,
+        }),
+        _ => None,
+    };
+    Ok(Standing {
+        members: row.member_count,
+        sender,
+    })
+}
+
+impl Standing {
+    /// The counts of message `msg_id` from how many members (the sender included) have each
+    /// cursor at or above it.
+    fn counts(&self, msg_id: i64, at_or_above: &Tally) -> ReceiptCounts {
+        // Members who joined at or after the message have both cursors at or above it too.
+        let late = at_or_above.joined;
+        let mut audience = self.members - late;
+        let mut read = at_or_above.read - late;
+        let mut delivered = at_or_above.delivered - late;
+        if let Some(s) = self.sender.filter(|s| s.joined_after < msg_id) {
+            audience -= 1;
+            read -= i64::from(s.read >= msg_id);
+            delivered -= i64::from(s.delivered >= msg_id);
+        }
+        ReceiptCounts {
+            read_count: read,
+            unread_count: audience - read,
+            delivered_count: delivered,
+        }
+    }
+}
+
+/// How many members have each cursor at or above one message id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    read: i64,
+    delivered: i64,
+    joined: i64,
+}
+
+/// A cursor column of `group_members` with an index on (group_id, column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cursor {
+    Read,
+    Delivered,
+    Joined,
+}
+
+const CURSORS: [Cursor; 3] = [Cursor::Read, Cursor::Delivered, Cursor::Joined];
+
+impl Cursor {
+    fn column(self) -> &'static str {
+        match self {
+            Cursor::Read => "last_read_msg_id",
+            Cursor::Delivered => "delivered_msg_id",
+            Cursor::Joined => "joined_after_msg_id",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Cursor::Read => "read",
+            Cursor::Delivered => "delivered",
+            Cursor::Joined => "joined",
+        }
+    }
+
+    fn get(self, tally: &Tally) -> i64 {
+        match self {
+            Cursor::Read => tally.read,
+            Cursor::Delivered => tally.delivered,
+            Cursor::Joined => tally.joined,
+        }
+    }
+
+    fn of(self, tally: &mut Tally) -> &mut i64 {
+        match self {
+            Cursor::Read => &mut tally.read,
+            Cursor::Delivered => &mut tally.delivered,
+            Cursor::Joined => &mut tally.joined,
+        }
+    }
+}
+
+/// Tallies at every message id asked for: one at the newest, plus, for the older ones, how
+/// many cursors sit at each value between the oldest and the newest.
+struct CursorTallies {
+    newest: i64,
+    at_newest: Tally,
+    /// (cursor, value, members with that cursor at exactly that value), for values in
+    /// [oldest, newest).
+    between: Vec<(Cursor, i64, i64)>,
+}
+
+impl CursorTallies {
+    /// `ascending` holds distinct ids, oldest first, and is not empty.
+    fn count(
+        conn: &mut AnyConnection,
+        group_id: GroupId,
+        members: i64,
+        ascending: &[i64],
+    ) -> QueryResult<CursorTallies> {
+        let (oldest, newest) = (ascending[0], ascending[ascending.len() - 1]);
+        let at_newest = tally_at(conn, group_id, members, newest)?;
+        let between = if oldest < newest {
+            histogram(conn, group_id, oldest, newest)?
+        } else {
+            Vec::new()
+        };
+        Ok(CursorTallies {
+            newest,
+            at_newest,
+            between,
+        })
+    }
+
+    /// The tally at `msg_id`, one of the ids counted.
+    fn at(&self, msg_id: i64) -> Tally {
+        let mut tally = self.at_newest;
+        for &(cursor, value, members) in &self.between {
+            if value >= msg_id && value < self.newest {
+                *cursor.of(&mut tally) += members;
+            }
+        }
+        tally
+    }
+}
+
+/// How many members have each cursor at or above `msg_id`. Each is first counted above,
+/// stopping once past half the group; only when that side holds more than half is the other
+/// side counted instead. Either way at most about half the group's index entries are read per
+/// cursor, and for the usual message (recent: few have read it; or old: few have not) far
+/// fewer.
+fn tally_at(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    members: i64,
+    msg_id: i64,
+) -> QueryResult<Tally> {
+    let half = members / 2 + 1;
+    let mut query = RawSql::default().sql("SELECT ");
+    for (i, cursor) in CURSORS.iter().enumerate() {
+        if i > 0 {
+            query = query.sql(", ");
+        }
+        query = query
+            .sql("(SELECT count(*) FROM (SELECT 1 FROM group_members WHERE group_id = ")
+            .int(group_id.0)
+            .sql(&format!(" AND {} >= ", cursor.column()))
+            .int(msg_id)
+            .sql(" LIMIT ")
+            .int(half)
+            .sql(&format!(") AS t) AS {}", cursor.name()));
+    }
+    let above = load_tally(conn, query)?;
+    let crowded: Vec<Cursor> = CURSORS
+        .into_iter()
+        .filter(|c| c.get(&above) >= half)
+        .collect();
+    if crowded.is_empty() {
+        return Ok(above);
+    }
+    let mut query = RawSql::default().sql("SELECT ");
+    for (i, cursor) in CURSORS.iter().enumerate() {
+        if i > 0 {
+            query = query.sql(", ");
+        }
+        if crowded.contains(cursor) {
+            query = query
+                .sql("(SELECT count(*) FROM group_members WHERE group_id = ")
+                .int(group_id.0)
+                .sql(&format!(" AND {} < ", cursor.column()))
+                .int(msg_id)
+                .sql(&format!(") AS {}", cursor.name()));
+        } else {
+            query = query.sql(&format!("CAST(0 AS BIGINT) AS {}", cursor.name()));
+        }
+    }
+    let below = load_tally(conn, query)?;
+    let mut tally = above;
+    for cursor in crowded {
+        *cursor.of(&mut tally) = members - cursor.get(&below);
+    }
+    Ok(tally)
+}
+
+fn load_tally(conn: &mut AnyConnection, query: RawSql) -> QueryResult<Tally> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        read: i64,
+        #[diesel(sql_type = BigInt)]
+        delivered: i64,
+        #[diesel(sql_type = BigInt)]
+        joined: i64,
+    }
+    let row = query
+        .load::<Row>(conn)?
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)?;
+    Ok(Tally {
+        read: row.read,
+        delivered: row.delivered,
+        joined: row.joined,
+    })
+}
+
+/// How many members have each cursor at exactly each value in [oldest, newest).
+fn histogram(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    oldest: i64,
+    newest: i64,
+) -> QueryResult<Vec<(Cursor, i64, i64)>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = BigInt)]
+        cursor_index: i64,
+        #[diesel(sql_type = BigInt)]
+        value: i64,
+        #[diesel(sql_type = BigInt)]
+        members: i64,
+    }
+    let mut query = RawSql::default();
+    for (i, cursor) in CURSORS.iter().enumerate() {
+        if i > 0 {
+            query = query.sql(" UNION ALL ");
+        }
+        let column = cursor.column();
+        query = query
+            .sql(&format!(
+                "SELECT CAST({i} AS BIGINT) AS cursor_index, {column} AS value, \
+                 count(*) AS members \
+                 FROM group_members WHERE group_id = "
+            ))
+            .int(group_id.0)
+            .sql(&format!(" AND {column} >= "))
+            .int(oldest)
+            .sql(&format!(" AND {column} < "))
+            .int(newest)
+            .sql(&format!(" GROUP BY {column}"));
+    }
+    let rows: Vec<Row> = query.load(conn)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            let cursor = *CURSORS.get(usize::try_from(r.cursor_index).ok()?)?;
+            Some((cursor, r.value, r.members))
+        })
+        .collect())
+}
