@@ -11,6 +11,7 @@ pub enum Scenario {
     GroupSize,
     Idle,
     CrossInstance,
+    LargeGroup,
 }
 
 /// Settings that differ from the production defaults only when asked for on the command
@@ -44,7 +45,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench receipts -- \
-     [seed|group-size|idle|cross-instance|all] [--engine sqlite|postgres|both] \
+     [seed|group-size|idle|cross-instance|large-group|all] [--engine sqlite|postgres|both] \
      [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit]";
 
 pub fn parse_args() -> Result<Args, String> {
@@ -53,6 +54,7 @@ pub fn parse_args() -> Result<Args, String> {
         Scenario::GroupSize,
         Scenario::Idle,
         Scenario::CrossInstance,
+        Scenario::LargeGroup,
     ];
     let mut scenarios = Vec::new();
     let mut engines = None;
@@ -89,6 +91,7 @@ pub fn parse_args() -> Result<Args, String> {
             "group-size" => scenarios.push(Scenario::GroupSize),
             "idle" => scenarios.push(Scenario::Idle),
             "cross-instance" => scenarios.push(Scenario::CrossInstance),
+            "large-group" => scenarios.push(Scenario::LargeGroup),
             "all" => scenarios.extend(all.iter().copied()),
             other => return Err(format!("unknown argument {other:?}")),
         }

@@ -1,9 +1,9 @@
 //! Receipts and long-poll benchmark: the read-receipt storm of the design notes, send and
-//! who-read cost against group size, 10,000 idle long-polls, and wake-ups across two
-//! instances on one PostgreSQL database.
+//! who-read cost against group size, 10,000 idle long-polls, wake-ups across two
+//! instances on one PostgreSQL database, and a group of 100,000 members.
 //!
 //! ```sh
-//! cargo bench --bench receipts -- [seed|group-size|idle|cross-instance|all] \
+//! cargo bench --bench receipts -- [seed|group-size|idle|cross-instance|large-group|all] \
 //!     [--engine sqlite|postgres|both] [--sqlite-sync full|normal]
 //! ```
 //!
@@ -16,7 +16,7 @@
 //! and measured over HTTP. Every loop is bounded by a count and a wall-clock limit. Markdown
 //! goes to stdout, progress to stderr.
 //!
-//! One module per scenario (seed, group_size, idle, cross_instance); what they share: the
+//! One module per scenario (seed, group_size, idle, cross_instance, large_group); what they share: the
 //! command line (args), the in-process server (server), HTTP calls (api), latency summaries
 //! (measure) and CPU accounting (cpu), besides the harness in tests/support.
 
@@ -29,6 +29,7 @@ mod cpu;
 mod cross_instance;
 mod group_size;
 mod idle;
+mod large_group;
 mod measure;
 mod seed;
 mod server;
@@ -87,6 +88,9 @@ async fn run(args: Args) {
             }
             Scenario::CrossInstance => {
                 cross_instance::bench(args.engines.as_ref().unwrap_or(&both)).await
+            }
+            Scenario::LargeGroup => {
+                large_group::bench(args.engines.as_ref().unwrap_or(&both)).await
             }
         }
     }

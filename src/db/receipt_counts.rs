@@ -230,22 +230,6 @@ impl Cursor {
         }
     }
 
-    fn name(self) -> &'static str {
-        match self {
-            Cursor::Read => "read",
-            Cursor::Delivered => "delivered",
-            Cursor::Joined => "joined",
-        }
-    }
-
-    fn get(self, tally: &Tally) -> i64 {
-        match self {
-            Cursor::Read => tally.read,
-            Cursor::Delivered => tally.delivered,
-            Cursor::Joined => tally.joined,
-        }
-    }
-
     fn of(self, tally: &mut Tally) -> &mut i64 {
         match self {
             Cursor::Read => &mut tally.read,
@@ -299,84 +283,162 @@ impl CursorTallies {
     }
 }
 
-/// How many members have each cursor at or above `msg_id`. Each is first counted above,
-/// stopping once past half the group; only when that side holds more than half is the other
-/// side counted instead. Either way at most about half the group's index entries are read per
-/// cursor, and for the usual message (recent: few have read it; or old: few have not) far
-/// fewer.
+/// Which side of a message id a count reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// Cursors at or above the id.
+    AtOrAbove,
+    Below,
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::AtOrAbove => Side::Below,
+            Side::Below => Side::AtOrAbove,
+        }
+    }
+
+    fn operator(self) -> &'static str {
+        match self {
+            Side::AtOrAbove => ">=",
+            Side::Below => "<",
+        }
+    }
+}
+
+/// One count in a probe: members with `cursor` on `side` of the id, stopping at `limit`.
+#[derive(Debug, Clone, Copy)]
+struct Count {
+    cursor: Cursor,
+    side: Side,
+    limit: Option<i64>,
+}
+
+/// How many members have each cursor at or above `msg_id`. A cursor is first counted on the
+/// side it most likely has fewer members on, stopping once past half the group; only when
+/// that side holds more than half is the other side counted instead. So each cursor costs at
+/// most about half the group's index entries, and for the usual message (recent: few have
+/// read it; or old: few have not) far fewer.
+///
+/// The read cursor is counted above first: most receipts asked for are of recent messages.
+/// The delivered cursor is never below the read one, so it is counted on whichever side the
+/// read count turned out small on. Members joining after a message are few above it.
 fn tally_at(
     conn: &mut AnyConnection,
     group_id: GroupId,
     members: i64,
     msg_id: i64,
 ) -> QueryResult<Tally> {
-    let half = members / 2 + 1;
-    let mut query = RawSql::default().sql("SELECT ");
-    for (i, cursor) in CURSORS.iter().enumerate() {
-        if i > 0 {
-            query = query.sql(", ");
-        }
-        query = query
-            .sql("(SELECT count(*) FROM (SELECT 1 FROM group_members WHERE group_id = ")
-            .int(group_id.0)
-            .sql(&format!(" AND {} >= ", cursor.column()))
-            .int(msg_id)
-            .sql(" LIMIT ")
-            .int(half)
-            .sql(&format!(") AS t) AS {}", cursor.name()));
-    }
-    let above = load_tally(conn, query)?;
-    let crowded: Vec<Cursor> = CURSORS
-        .into_iter()
-        .filter(|c| c.get(&above) >= half)
-        .collect();
-    if crowded.is_empty() {
-        return Ok(above);
-    }
-    let mut query = RawSql::default().sql("SELECT ");
-    for (i, cursor) in CURSORS.iter().enumerate() {
-        if i > 0 {
-            query = query.sql(", ");
-        }
-        if crowded.contains(cursor) {
-            query = query
-                .sql("(SELECT count(*) FROM group_members WHERE group_id = ")
-                .int(group_id.0)
-                .sql(&format!(" AND {} < ", cursor.column()))
-                .int(msg_id)
-                .sql(&format!(") AS {}", cursor.name()));
-        } else {
-            query = query.sql(&format!("CAST(0 AS BIGINT) AS {}", cursor.name()));
+    let half = Some(members / 2 + 1);
+    let first = |cursor: Cursor, side: Side| Count {
+        cursor,
+        side,
+        limit: half,
+    };
+    let settle = |found: i64, count: Count| match count.limit {
+        Some(limit) if found >= limit => None,
+        _ => Some(above(members, count.side, found)),
+    };
+    let read_first = first(Cursor::Read, Side::AtOrAbove);
+    let joined_first = first(Cursor::Joined, Side::AtOrAbove);
+    let found = probe(conn, group_id, msg_id, &[read_first, joined_first])?;
+    let (read, joined) = (settle(found[0], read_first), settle(found[1], joined_first));
+    let delivered_side = if read.is_some() {
+        Side::AtOrAbove
+    } else {
+        Side::Below
+    };
+    let delivered_first = first(Cursor::Delivered, delivered_side);
+    let mut second = vec![delivered_first];
+    for (settled, cursor) in [(read, Cursor::Read), (joined, Cursor::Joined)] {
+        if settled.is_none() {
+            second.push(rest(cursor, Side::AtOrAbove));
         }
     }
-    let below = load_tally(conn, query)?;
-    let mut tally = above;
-    for cursor in crowded {
-        *cursor.of(&mut tally) = members - cursor.get(&below);
+    let found = probe(conn, group_id, msg_id, &second)?;
+    let mut tally = Tally::default();
+    for (count, n) in second.iter().zip(&found).skip(1) {
+        *count.cursor.of(&mut tally) = above(members, count.side, *n);
     }
+    if let Some(read) = read {
+        tally.read = read;
+    }
+    if let Some(joined) = joined {
+        tally.joined = joined;
+    }
+    tally.delivered = match settle(found[0], delivered_first) {
+        Some(delivered) => delivered,
+        None => {
+            let other = rest(Cursor::Delivered, delivered_side);
+            above(
+                members,
+                other.side,
+                probe(conn, group_id, msg_id, &[other])?[0],
+            )
+        }
+    };
     Ok(tally)
 }
 
-fn load_tally(conn: &mut AnyConnection, query: RawSql) -> QueryResult<Tally> {
+/// The full count of `cursor` on the side other than `crowded`.
+fn rest(cursor: Cursor, crowded: Side) -> Count {
+    Count {
+        cursor,
+        side: crowded.other(),
+        limit: None,
+    }
+}
+
+/// Members at or above the id, from `found` members on `side` of it.
+fn above(members: i64, side: Side, found: i64) -> i64 {
+    match side {
+        Side::AtOrAbove => found,
+        Side::Below => members - found,
+    }
+}
+
+/// The given counts around `msg_id`, in one statement (so in one snapshot, and one round
+/// trip), each a range of one cursor index.
+fn probe(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    msg_id: i64,
+    counts: &[Count],
+) -> QueryResult<Vec<i64>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
-        read: i64,
+        i: i64,
         #[diesel(sql_type = BigInt)]
-        delivered: i64,
-        #[diesel(sql_type = BigInt)]
-        joined: i64,
+        n: i64,
     }
-    let row = query
-        .load::<Row>(conn)?
-        .into_iter()
-        .next()
-        .ok_or(diesel::result::Error::NotFound)?;
-    Ok(Tally {
-        read: row.read,
-        delivered: row.delivered,
-        joined: row.joined,
-    })
+    let mut query = RawSql::default();
+    for (i, count) in counts.iter().enumerate() {
+        if i > 0 {
+            query = query.sql(" UNION ALL ");
+        }
+        let condition = format!(" AND {} {} ", count.cursor.column(), count.side.operator());
+        query = query
+            .sql(&format!(
+                "SELECT CAST({i} AS BIGINT) AS i, (SELECT count(*) FROM \
+                 (SELECT 1 FROM group_members WHERE group_id = "
+            ))
+            .int(group_id.0)
+            .sql(&condition)
+            .int(msg_id);
+        if let Some(limit) = count.limit {
+            query = query.sql(" LIMIT ").int(limit);
+        }
+        query = query.sql(") AS t) AS n");
+    }
+    let mut rows: Vec<Row> = query.load(conn)?;
+    // UNION ALL promises no order: each row carries its count's index.
+    rows.sort_by_key(|r| r.i);
+    if rows.len() != counts.len() {
+        return Err(diesel::result::Error::NotFound);
+    }
+    Ok(rows.into_iter().map(|r| r.n).collect())
 }
 
 /// How many members have each cursor at exactly each value in [oldest, newest).
