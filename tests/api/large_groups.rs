@@ -156,7 +156,10 @@ async fn receipt_counts_agree_with_a_model_of_every_members_cursors(app: TestApp
     // after them.
     let late: Vec<String> = (0..15).map(|i| format!("n{i:02}")).collect();
     let late_refs: Vec<&str> = late.iter().map(String::as_str).collect();
-    assert_eq!(app.add_members("alice", group, &late_refs).await.status, 200);
+    assert_eq!(
+        app.add_members("alice", group, &late_refs).await.status,
+        200
+    );
     model.line();
     for m in &late {
         model.join(m);
