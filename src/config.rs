@@ -511,9 +511,10 @@ mod tests {
     fn a_member_cap_outside_its_range_is_refused_naming_the_flag() {
         let command = Cli::command().mut_args(|arg| arg.env(None::<&str>));
         for bad in ["0", "1", "1000001", "-5", "many"] {
+            let flag = format!("--max-group-members={bad}");
             let error = command
                 .clone()
-                .try_get_matches_from(["chorus", "--max-group-members", bad])
+                .try_get_matches_from(["chorus", flag.as_str()])
                 .expect_err(bad)
                 .to_string();
             assert!(error.contains("--max-group-members"), "{bad}: {error}");
