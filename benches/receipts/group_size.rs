@@ -1,13 +1,12 @@
 //! group-size: send and who-read cost against group size. One client sends to groups of 2,
 //! 200 and 2000 members and reads who read each message, the sizes taking turns.
 
-use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::api::{create_group, send_message, CountingHttp};
-use crate::measure::{f2, ms, summarize, Errors, Summary};
+use crate::measure::{f2, summarize, timed_block, Block, Errors, Summary};
 use crate::server::{bench_database, Server};
 use crate::support::engine::Engine;
 use crate::support::tokens::TokenMint;
@@ -18,7 +17,10 @@ const GS_OPS: usize = 500;
 /// the shared machine does not land on one size only.
 const GS_BLOCK: usize = 100;
 const GS_WARMUP: usize = 20;
-const GS_BLOCK_TIME_LIMIT: Duration = Duration::from_secs(30);
+const GS: Block = Block {
+    ops: GS_BLOCK,
+    time_limit: Duration::from_secs(30),
+};
 const GS_RECEIPTS_LIMIT: usize = 200;
 
 struct SizeResult {
@@ -106,7 +108,8 @@ async fn send_block(
         let client_msg_id = format!("gs-{round}-{i}");
         async move { send_message(http, t, *g, &client_msg_id).await.map(drop) }
     };
-    result.send_secs += timed_block("send", *size, &mut result.send, errors, send).await;
+    let what = format!("send, size {size}");
+    result.send_secs += timed_block(&what, GS, &mut result.send, errors, send).await;
 }
 
 /// [`GS_BLOCK`] who-read reads in one group, over the measured messages in turn.
@@ -123,36 +126,8 @@ async fn receipts_block(
         async move { http.get(&path, t).await.map(drop) }
     };
     let samples = &mut result.receipts;
-    result.receipts_secs += timed_block("receipts", *size, samples, errors, read).await;
-}
-
-/// `op(0)`, `op(1)`, … one after another, [`GS_BLOCK`] times or until
-/// [`GS_BLOCK_TIME_LIMIT`]; each success's latency goes to `samples`, each failure to
-/// `errors`. Returns the block's seconds.
-async fn timed_block<F, Fut>(
-    what: &str,
-    size: usize,
-    samples: &mut Vec<f64>,
-    errors: &Errors,
-    op: F,
-) -> f64
-where
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let start = Instant::now();
-    for i in 0..GS_BLOCK {
-        if start.elapsed() >= GS_BLOCK_TIME_LIMIT {
-            errors.add(format!("{what} block, size {size}: time limit"));
-            break;
-        }
-        let t0 = Instant::now();
-        match op(i).await {
-            Ok(()) => samples.push(ms(t0.elapsed())),
-            Err(label) => errors.add(format!("{what}, size {size}: {label}")),
-        }
-    }
-    start.elapsed().as_secs_f64()
+    let what = format!("receipts, size {size}");
+    result.receipts_secs += timed_block(&what, GS, samples, errors, read).await;
 }
 
 pub async fn bench(engines: &[Engine]) {

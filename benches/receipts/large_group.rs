@@ -7,7 +7,6 @@
 //! one that exactly half has read (the most index entries either side of it can hold), and a
 //! recent one that 10% has read. Everything measured goes through HTTP.
 
-use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +15,7 @@ use chorus::db::AnyConnection;
 use diesel::RunQueryDsl;
 
 use crate::api::{create_group, send_message, CountingHttp};
-use crate::measure::{f2, ms, summarize, Errors};
+use crate::measure::{f2, summarize, timed_block, Block, Errors};
 use crate::server::{bench_database, Server};
 use crate::support::engine::Engine;
 use crate::support::tokens::TokenMint;
@@ -29,7 +28,10 @@ const LG_OPS: usize = 200;
 /// machine falls on both.
 const LG_BLOCK: usize = 50;
 const LG_WARMUP: usize = 10;
-const LG_BLOCK_TIME_LIMIT: Duration = Duration::from_secs(60);
+const LG: Block = Block {
+    ops: LG_BLOCK,
+    time_limit: Duration::from_secs(60),
+};
 /// A page of the receipt lists and of `with_receipts` messages.
 const LG_PAGE: usize = 50;
 
@@ -105,7 +107,7 @@ async fn run_large_group(
                     }
                 }
                 let block = |i: usize| ctx.run(op, LG_WARMUP + round * LG_BLOCK + i);
-                timed_block(OPS[op], &mut per_group[k], errors, block).await;
+                timed_block(OPS[op], LG, &mut per_group[k], errors, block).await;
             }
         }
     }
@@ -242,26 +244,6 @@ impl Op<'_> {
                     .map(drop)
             }
             _ => http.get(&format!("/v1/groups/{g}"), token).await.map(drop),
-        }
-    }
-}
-
-/// `op(0)`, `op(1)`, … one after another, [`LG_BLOCK`] times or until the time limit.
-async fn timed_block<F, Fut>(what: &str, samples: &mut Vec<f64>, errors: &Errors, op: F)
-where
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let start = Instant::now();
-    for i in 0..LG_BLOCK {
-        if start.elapsed() >= LG_BLOCK_TIME_LIMIT {
-            errors.add(format!("{what}: time limit"));
-            break;
-        }
-        let t0 = Instant::now();
-        match op(i).await {
-            Ok(()) => samples.push(ms(t0.elapsed())),
-            Err(label) => errors.add(format!("{what}: {label}")),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! label, and how the tables print them.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -70,4 +71,40 @@ pub fn signed_ms(a: Instant, b: Instant) -> f64 {
 
 pub fn f2(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.2}"))
+}
+
+/// How many operations a timed block runs, and for how long at most.
+#[derive(Clone, Copy)]
+pub struct Block {
+    pub ops: usize,
+    pub time_limit: Duration,
+}
+
+/// `op(0)`, `op(1)`, … one after another, `block.ops` times or until its time limit; each
+/// success's latency goes to `samples`, each failure to `errors` under `what`. Returns the
+/// block's seconds.
+pub async fn timed_block<F, Fut>(
+    what: &str,
+    block: Block,
+    samples: &mut Vec<f64>,
+    errors: &Errors,
+    op: F,
+) -> f64
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let start = Instant::now();
+    for i in 0..block.ops {
+        if start.elapsed() >= block.time_limit {
+            errors.add(format!("{what}: time limit"));
+            break;
+        }
+        let t0 = Instant::now();
+        match op(i).await {
+            Ok(()) => samples.push(ms(t0.elapsed())),
+            Err(label) => errors.add(format!("{what}: {label}")),
+        }
+    }
+    start.elapsed().as_secs_f64()
 }
