@@ -12,7 +12,7 @@ use crate::db::access::{Membership, Refusal};
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
 use crate::db::models::{EntryKind, MessageRow};
-use crate::db::receipt_counts::{audience_page, receipt_counts};
+use crate::db::receipt_counts::{message_receipts, receipt_counts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 
@@ -47,13 +47,12 @@ pub async fn get_message_receipts(
             return Ok(Err(refusal));
         }
         let sender = message.sender_id.clone();
-        let counts = receipt_counts(conn, group, &sender, &[msg])?;
-        let page = audience_page(conn, group, msg, &sender, after_id.as_deref(), limit + 1)?;
+        let after = after_id.as_deref();
+        let (counts, page) = message_receipts(conn, group, msg, &sender, after, limit + 1)?;
         Ok(Ok((message, counts, page)))
     })
     .await?;
     let (message, counts, mut page) = found?;
-    let counts = counts.into_iter().next().unwrap_or_default();
     let has_more = page.len() as i64 > limit;
     page.truncate(limit as usize);
     let next_cursor = has_more

@@ -41,22 +41,53 @@ pub fn receipt_counts(
     if msg_ids.is_empty() {
         return Ok(Vec::new());
     }
+    in_snapshot(conn, |conn| {
+        counts_in_snapshot(conn, group_id, sender_id, msg_ids)
+    })
+}
+
+/// One message's receipt counts and a page of its audience (see [`audience_page`]), read in
+/// one snapshot so the page and the counts agree.
+pub fn message_receipts(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    msg_id: MsgId,
+    sender_id: &str,
+    after: Option<&str>,
+    limit: i64,
+) -> QueryResult<(ReceiptCounts, Vec<(String, bool)>)> {
+    in_snapshot(conn, |conn| {
+        let counts = counts_in_snapshot(conn, group_id, sender_id, &[msg_id])?;
+        let counts = counts
+            .into_iter()
+            .next()
+            .ok_or(diesel::result::Error::NotFound)?;
+        let page = audience_page(conn, group_id, msg_id, sender_id, after, limit)?;
+        Ok((counts, page))
+    })
+}
+
+/// [`receipt_counts`] inside a snapshot the caller holds; `msg_ids` is not empty.
+fn counts_in_snapshot(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sender_id: &str,
+    msg_ids: &[MsgId],
+) -> QueryResult<Vec<ReceiptCounts>> {
     let mut ascending: Vec<i64> = msg_ids.iter().map(|m| m.0).collect();
     ascending.sort_unstable();
     ascending.dedup();
-    in_snapshot(conn, |conn| {
-        let standing = group_standing(conn, group_id, sender_id)?;
-        let at_or_above = CursorTallies::count(conn, group_id, standing.members, &ascending)?;
-        Ok(msg_ids
-            .iter()
-            .map(|m| standing.counts(m.0, &at_or_above.at(m.0)))
-            .collect())
-    })
+    let standing = group_standing(conn, group_id, sender_id)?;
+    let at_or_above = CursorTallies::count(conn, group_id, standing.members, &ascending)?;
+    Ok(msg_ids
+        .iter()
+        .map(|m| standing.counts(m.0, &at_or_above.at(m.0)))
+        .collect())
 }
 
 /// One page of a message's audience in user id order, after `after`: each member with
 /// whether they have read it.
-pub fn audience_page(
+fn audience_page(
     conn: &mut AnyConnection,
     group_id: GroupId,
     msg_id: MsgId,
