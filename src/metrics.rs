@@ -26,6 +26,9 @@ pub struct Metrics {
     pool_idle: IntGauge,
     db_commits: IntCounter,
     db_writes: IntCounter,
+    /// Held while the totals kept elsewhere are copied in: two renders at once would each
+    /// add the same difference.
+    catching_up: std::sync::Mutex<()>,
 }
 
 /// What `/metrics` reads from elsewhere at the moment it is rendered.
@@ -97,6 +100,7 @@ impl Metrics {
             pool_idle,
             db_commits,
             db_writes,
+            catching_up: std::sync::Mutex::new(()),
         })
     }
 
@@ -106,8 +110,14 @@ impl Metrics {
         self.pool_in_use.set(i64::from(now.pool.0));
         self.pool_idle.set(i64::from(now.pool.1));
         // The database layer keeps these totals; the counters catch up with them.
-        catch_up(&self.db_commits, now.commits.0);
-        catch_up(&self.db_writes, now.commits.1);
+        {
+            let _one_at_a_time = self
+                .catching_up
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            catch_up(&self.db_commits, now.commits.0);
+            catch_up(&self.db_writes, now.commits.1);
+        }
         let mut buffer = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
             tracing::error!(error = %e, "metrics encoding failed");

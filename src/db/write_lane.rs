@@ -12,8 +12,7 @@
 //! succeeded, answers with that error, and none of them is stored.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
@@ -82,25 +81,30 @@ struct Ran {
 }
 
 /// Commits, and the writes they carried, since the process started (both engines: on
-/// PostgreSQL each write is a commit of its own).
+/// PostgreSQL each write is a commit of its own). The pair sits behind one lock so a reader
+/// never sees a commit without its writes: `/metrics` readers compare the two.
 #[derive(Debug, Default)]
 pub struct CommitCounters {
-    commits: AtomicU64,
-    writes: AtomicU64,
+    commits_and_writes: Mutex<(u64, u64)>,
 }
 
 impl CommitCounters {
     pub fn committed(&self, writes: usize) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+        let mut totals = self.lock();
+        totals.0 += 1;
+        totals.1 += writes as u64;
     }
 
     /// (commits, writes)
     pub fn read(&self) -> (u64, u64) {
-        (
-            self.commits.load(Ordering::Relaxed),
-            self.writes.load(Ordering::Relaxed),
-        )
+        *self.lock()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        // Two counters cannot be left half-updated by a panic, so a poisoned lock is usable.
+        self.commits_and_writes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

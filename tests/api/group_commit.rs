@@ -32,8 +32,7 @@ fn one_write_per_commit(settings: &mut Settings) {
     settings.sqlite_write_batch = 1;
 }
 
-/// A connection of the test's own holding what the burst's writes need; released on
-/// `release()`, which answers when the lock is gone.
+/// A connection of the test's own holding what the burst's writes need, until `release()`.
 struct HeldLock {
     release: std::sync::mpsc::Sender<()>,
     done: tokio::task::JoinHandle<()>,
@@ -70,23 +69,28 @@ impl HeldLock {
         HeldLock { release, done }
     }
 
+    /// Lets go and answers, once the lock is gone, with the instant the release was asked
+    /// for: no write that needs the lock can commit before it. (The instant the holder's
+    /// COMMIT returned would be too late a bound: the database frees the lock before its
+    /// answer reaches the holder, so a queued write may commit and answer in between.)
     async fn release(self) -> Instant {
+        let asked = Instant::now();
         let _ = self.release.send(());
         self.done.await.expect("the lock is released");
-        Instant::now()
+        asked
     }
 }
 
+/// Commits and the writes they carried, read from one `/metrics` response: read apart, a
+/// background job's write (the retention sweep) could land between the two readings.
 async fn commits_and_writes(app: &TestApp) -> (f64, f64) {
-    let commits = app
-        .metric("chorus_db_commits_total")
-        .await
-        .expect("commits metric");
-    let writes = app
-        .metric("chorus_db_writes_total")
-        .await
-        .expect("writes metric");
-    (commits, writes)
+    match app
+        .metrics(&["chorus_db_commits_total", "chorus_db_writes_total"])
+        .await[..]
+    {
+        [Some(commits), Some(writes)] => (commits, writes),
+        ref missing => panic!("commit metrics missing: {missing:?}"),
+    }
 }
 
 /// What one request of the burst is, and how it must end.
@@ -140,7 +144,7 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
 
     let lock = HeldLock::take(&app, group).await;
     let writes = burst();
-    let (answers, released) = tokio::join!(
+    let (answers, release_asked) = tokio::join!(
         join_all(writes.iter().map(|w| run(&app, group, *w))),
         async {
             tokio::time::sleep(HOLD).await;
@@ -164,7 +168,7 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
                     "both attempts of message {k} name one stored message"
                 );
                 assert!(
-                    *answered >= released,
+                    *answered >= release_asked,
                     "a send answered before it could commit"
                 );
             }
@@ -180,7 +184,7 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
         }
         if app.engine == Engine::Sqlite && response.status < 300 {
             assert!(
-                *answered >= released,
+                *answered >= release_asked,
                 "{write:?} answered before the lock was released"
             );
         }
@@ -265,9 +269,13 @@ async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
     let statuses: Vec<u16> = sends.iter().map(|r| r.status).collect();
     assert_eq!(statuses, vec![201; 8]);
 
+    // A background job's write may land in the window too: each commit still carries one.
     let (commits, writes) = commits_and_writes(&app).await;
     assert_eq!(commits - commits_before, writes - writes_before);
-    assert_eq!(writes - writes_before, 8.0);
+    assert!(
+        writes - writes_before >= 8.0,
+        "the eight sends were committed"
+    );
 }
 
 /// A client may hang up while its write waits for the database (a phone losing its network).

@@ -269,6 +269,11 @@ impl TestApp {
 impl TestApp {
     /// The value of the unlabelled series `name` on /metrics, when it is exported.
     pub async fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics(&[name]).await.pop().flatten()
+    }
+
+    /// Several metrics from one reading of `/metrics`, so they describe the same instant.
+    pub async fn metrics(&self, names: &[&str]) -> Vec<Option<f64>> {
         let text = self
             .client
             .get(format!("{}/metrics", self.address))
@@ -278,7 +283,10 @@ impl TestApp {
             .text()
             .await
             .expect("metrics text");
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        };
+        names.iter().map(|name| value(name)).collect()
     }
 }
