@@ -1,5 +1,6 @@
-//! Group commit: sends against the stack's own ceiling, with one commit per write and with
-//! SQLite's writer lane grouping the writes that queue during a flush, in one run.
+//! Group commit: sends against the stack's own ceiling, in one run: on SQLite with one commit
+//! per write and with the writer lane grouping the writes that queue during a flush; on
+//! PostgreSQL with every send a transaction and with a plain send as one statement.
 //!
 //! The ceiling is a trivial-insert endpoint on the same stack (actix-web with the server's
 //! HTTP settings, the same `Db` and its write path, the same engine and durability), served
@@ -30,22 +31,44 @@ const REQUESTS_PER_RUN: usize = 3000;
 const ROUNDS: usize = 2;
 const GROUP_MEMBERS: usize = 50;
 
-/// The write-batch settings compared: one commit per write, and the default.
-fn variants(setup: EngineSetup) -> Vec<(u64, &'static str)> {
+/// One way of writing that the bench compares.
+#[derive(Clone, Copy)]
+struct Variant {
+    name: &'static str,
+    sqlite_write_batch: u64,
+    one_statement_sends: bool,
+}
+
+/// SQLite: one commit per write, and group commit (the default). PostgreSQL: every send as a
+/// transaction of the general path, and plain sends as one statement (the default).
+fn variants(setup: EngineSetup) -> Vec<Variant> {
+    let variant = |name, sqlite_write_batch, one_statement_sends| Variant {
+        name,
+        sqlite_write_batch,
+        one_statement_sends,
+    };
+    let batch = chorus::config::defaults::SQLITE_WRITE_BATCH;
     match setup.engine() {
         Engine::Sqlite => vec![
-            (1, "one commit per write"),
-            (chorus::config::defaults::SQLITE_WRITE_BATCH, "group commit"),
+            variant("one commit per write", 1, true),
+            variant("group commit", batch, true),
         ],
-        Engine::Postgres => vec![(1, "one transaction per write")],
+        Engine::Postgres => vec![
+            variant("a transaction per send", batch, false),
+            variant("one statement per send", batch, true),
+        ],
     }
 }
 
 pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
     for round in 1..=ROUNDS {
-        for (batch, name) in variants(setup) {
+        for variant in variants(setup) {
+            let name = variant.name;
             eprintln!("group commit: round {round}, {name}");
-            let adjust = move |s: &mut chorus::config::Settings| s.sqlite_write_batch = batch;
+            let adjust = move |s: &mut chorus::config::Settings| {
+                s.sqlite_write_batch = variant.sqlite_write_batch;
+                s.one_statement_sends = variant.one_statement_sends;
+            };
             let server = match BenchServer::start_with(setup, adjust).await {
                 Ok(server) => server,
                 Err(e) => return report.notes.push(format!("group commit skipped: {e}")),
@@ -56,8 +79,9 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
     }
     report.notes.push(
         "Group commit: the ceiling is a trivial insert (one row, one column) behind the same \
-         actix-web settings and the same database write path as the API, in this process. \
-         CPU is the whole bench process's (client and server) per request."
+         actix-web settings and the same database write path as the API (a transaction per \
+         write on PostgreSQL), in this process. CPU is the whole bench process's (client and \
+         server) per request."
             .into(),
     );
 }

@@ -169,6 +169,9 @@ pub struct DbSettings {
     /// SQLite: each connection's page cache in KiB.
     pub sqlite_cache_kib: u64,
     pub statement_timeout: Duration,
+    /// PostgreSQL: whether [`super::Db::write_one_statement`] runs (false: every write takes
+    /// the general path, for benches that compare the two).
+    pub one_statement_writes: bool,
 }
 
 impl DbSettings {

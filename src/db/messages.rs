@@ -56,6 +56,19 @@ pub enum UserEntry {
 }
 
 impl UserEntry {
+    /// The message when it is plain: text and perhaps client data, naming no one and no
+    /// other message (what [`super::plain_send`] stores in one statement).
+    pub fn plain_message(&self) -> Option<&MessageDraft> {
+        match self {
+            UserEntry::Message(draft)
+                if draft.mentions.is_empty() && !draft.mention_all && draft.reply_to.is_none() =>
+            {
+                Some(draft)
+            }
+            _ => None,
+        }
+    }
+
     fn kind(&self) -> EntryKind {
         match self {
             UserEntry::Message(_) => EntryKind::Message,
@@ -137,7 +150,7 @@ pub fn send(
 }
 
 /// The row a member's entry is stored as.
-fn new_row(
+pub(super) fn new_row(
     group_id: i64,
     msg_id: i64,
     sender_id: &str,

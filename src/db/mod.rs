@@ -24,6 +24,7 @@ pub mod messages;
 mod migrations;
 pub mod models;
 mod open_failure;
+pub mod plain_send;
 mod pool;
 pub mod push_due;
 pub mod push_outbox;

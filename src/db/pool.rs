@@ -34,6 +34,8 @@ pub struct Db {
     announce: Announce,
     /// Says in the log when writes start and stop being refused for lack of space.
     storage: Arc<StorageAlarm>,
+    /// See [`DbSettings::one_statement_writes`].
+    one_statement_writes: bool,
 }
 
 /// How a write's wake-ups reach other instances.
@@ -79,6 +81,7 @@ impl Db {
                     notifier: None,
                     announce: Announce::InTransaction,
                     storage: Arc::default(),
+                    one_statement_writes: settings.one_statement_writes,
                 }
             }
             Engine::Postgres => {
@@ -92,6 +95,7 @@ impl Db {
                     notifier: None,
                     announce: Announce::InTransaction,
                     storage: Arc::default(),
+                    one_statement_writes: settings.one_statement_writes,
                 }
             }
         };
@@ -202,6 +206,43 @@ impl Db {
             self.storage.wrote();
         }
         Ok(outcome.map(|(value, _)| value))
+    }
+
+    /// A write that is one statement on PostgreSQL, run outside any transaction: the
+    /// statement commits by itself, so the write costs one round trip where BEGIN, the
+    /// statement and COMMIT cost three. `f` answers None when it wrote nothing; so does this,
+    /// without calling `f`, on SQLite (whose writes share the writer lane's commits), for
+    /// tools (which announce inside their transactions) and when the settings turn it off. The caller then writes through
+    /// [`Db::write_checked`]. Wake-ups go as after any commit.
+    pub async fn write_one_statement<T, F>(&self, f: F) -> Result<Option<T>, DbError>
+    where
+        F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<Option<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let in_transaction = matches!(self.announce, Announce::InTransaction);
+        if self.engine != Engine::Postgres || in_transaction || !self.one_statement_writes {
+            return Ok(None);
+        }
+        let committed = self.on_commit();
+        let commits = self.commits.clone();
+        let written = run_blocking(self.writer.clone(), move |conn| {
+            let AnyConnection::Postgresql(conn) = conn else {
+                return Ok(None);
+            };
+            let mut wakes = Wakes::default();
+            let written = f(conn, &mut wakes)?;
+            if written.is_some() {
+                commits.committed(1);
+                committed(&wakes);
+            }
+            Ok(written)
+        })
+        .await
+        .inspect_err(|e| self.storage.failed(e))?;
+        if written.is_some() {
+            self.storage.wrote();
+        }
+        Ok(written)
     }
 
     /// What a committed write's wake-ups do: wake this process's waiters, and queue them for

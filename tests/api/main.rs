@@ -32,6 +32,7 @@ mod push;
 mod push_delivery;
 mod push_rig;
 mod receipts;
+mod send_guarantees;
 mod spec_drift;
 mod startup_errors;
 mod storage_full;

@@ -1,0 +1,1 @@
+DROP FUNCTION chorus_send_message(BIGINT, TEXT, TEXT, TEXT, TEXT, TEXT);
