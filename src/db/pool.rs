@@ -212,8 +212,8 @@ impl Db {
     /// statement commits by itself, so the write costs one round trip where BEGIN, the
     /// statement and COMMIT cost three. `f` answers None when it wrote nothing; so does this,
     /// without calling `f`, on SQLite (whose writes share the writer lane's commits), for
-    /// tools (which announce inside their transactions) and when the settings turn it off. The caller then writes through
-    /// [`Db::write_checked`]. Wake-ups go as after any commit.
+    /// tools (which announce inside their transactions) and when the settings turn it off.
+    /// The caller then writes through [`Db::write_checked`]. Wake-ups go as after any commit.
     pub async fn write_one_statement<T, F>(&self, f: F) -> Result<Option<T>, DbError>
     where
         F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<Option<T>> + Send + 'static,
