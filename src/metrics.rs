@@ -26,8 +26,8 @@ pub struct Metrics {
     pool_idle: IntGauge,
     db_commits: IntCounter,
     db_writes: IntCounter,
-    /// Held while the totals kept elsewhere are copied in: two renders at once would each
-    /// add the same difference.
+    /// Held while the totals kept elsewhere are copied in and read out: two renders at once
+    /// would each add the same difference.
     catching_up: std::sync::Mutex<()>,
 }
 
@@ -110,16 +110,18 @@ impl Metrics {
         self.pool_in_use.set(i64::from(now.pool.0));
         self.pool_idle.set(i64::from(now.pool.1));
         // The database layer keeps these totals; the counters catch up with them.
-        {
-            let _one_at_a_time = self
-                .catching_up
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            catch_up(&self.db_commits, now.commits.0);
-            catch_up(&self.db_writes, now.commits.1);
-        }
+        // Held through the gathering too, so one rendering never reads the pair while
+        // another is between its two updates.
+        let one_at_a_time = self
+            .catching_up
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        catch_up(&self.db_commits, now.commits.0);
+        catch_up(&self.db_writes, now.commits.1);
+        let gathered = self.registry.gather();
+        drop(one_at_a_time);
         let mut buffer = Vec::new();
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buffer) {
+        if let Err(e) = TextEncoder::new().encode(&gathered, &mut buffer) {
             tracing::error!(error = %e, "metrics encoding failed");
         }
         String::from_utf8_lossy(&buffer).into_owned()

@@ -11,7 +11,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
 
 use super::messages::{new_row, Author, MessageDraft, UserEntry};
-use super::models::MessageRow;
+use super::models::{now_utc, MessageRow};
 use crate::wake::{WakeEvent, Wakes};
 
 /// What [`store`] needs of a plain message: text, and the client's data if any.
@@ -30,7 +30,7 @@ pub fn store(
     wakes: &mut Wakes,
 ) -> QueryResult<Option<MessageRow>> {
     let stored = diesel::sql_query(
-        "SELECT stored_msg_id, stored_at FROM chorus_send_message($1, $2, $3, $4, $5, $6)",
+        "SELECT stored_msg_id, stored_at FROM chorus_send_message($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind::<BigInt, _>(message.group_id)
     .bind::<Text, _>(message.author.user_id)
@@ -38,6 +38,7 @@ pub fn store(
     .bind::<Text, _>(message.client_msg_id)
     .bind::<Text, _>(message.content)
     .bind::<Nullable<Text>, _>(message.ext)
+    .bind::<Timestamp, _>(now_utc())
     .get_result::<Stored>(conn)
     .optional()?;
     let Some(stored) = stored else {

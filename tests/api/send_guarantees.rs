@@ -115,9 +115,14 @@ async fn plain_and_rich_sends_racing_in_one_group_keep_ids_contiguous(app: TestA
             assert_eq!(&entry["ext"], ext, "{entry}");
         }
     }
-    let stamps: Vec<&str> = stored
+    let stamps: Vec<chrono::DateTime<chrono::Utc>> = stored
         .iter()
-        .map(|m| m["created_at"].as_str().unwrap_or(""))
+        .map(|m| {
+            let at = m["created_at"].as_str().unwrap_or("");
+            chrono::DateTime::parse_from_rfc3339(at)
+                .unwrap_or_else(|e| panic!("created_at {at:?}: {e}"))
+                .to_utc()
+        })
         .collect();
     assert!(
         stamps.windows(2).all(|w| w[0] <= w[1]),
@@ -198,18 +203,26 @@ async fn refused_plain_sends_store_nothing_and_take_no_id(app: TestApp) {
 async fn a_member_removed_while_sending_has_nothing_stored_after_the_removal(app: TestApp) {
     let group = app.group_with("alice", &["bob", "carol"]).await;
     let sends = 40;
+    // The removal starts once some of bob's sends were stored, while the rest still arrive.
+    let stored_so_far = std::sync::atomic::AtomicUsize::new(0);
     let (answers, removed) = tokio::join!(
         join_all((0..sends).map(|k| {
-            let app = &app;
+            let (app, stored_so_far) = (&app, &stored_so_far);
             async move {
-                // Spread over the removal rather than all at once.
                 tokio::time::sleep(Duration::from_millis(5 * k)).await;
-                app.send("bob", group, &format!("b-{k}"), &format!("bob {k}"))
-                    .await
+                let answer = app
+                    .send("bob", group, &format!("b-{k}"), &format!("bob {k}"))
+                    .await;
+                if answer.status == 201 {
+                    stored_so_far.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                answer
             }
         })),
         async {
-            tokio::time::sleep(Duration::from_millis(60)).await;
+            while stored_so_far.load(std::sync::atomic::Ordering::SeqCst) < 5 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             app.remove_member("alice", group, "bob").await
         }
     );
@@ -263,8 +276,8 @@ async fn a_member_removed_while_sending_has_nothing_stored_after_the_removal(app
 async fn plain_sends_move_the_senders_cursors_and_the_chat_list(app: TestApp) {
     let quiet = app.group_with("alice", &["bob"]).await;
     let busy = app.group_with("alice", &["bob"]).await;
-    app.send_ok("bob", quiet, "older news").await;
     app.send_ok("bob", busy, "first").await;
+    app.send_ok("bob", quiet, "later news, elsewhere").await;
     // Alice's phone has read nothing of `busy`; her own messages still never count as unread.
     let own = app.send("alice#phone", busy, "p-1", "from my phone").await;
     assert_eq!(own.status, 201, "{:?}", own.body);
@@ -345,7 +358,15 @@ async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     }
     assert_eq!(
         calls, 3,
-        "the three plain messages, and not the one with a mention"
+        "the three plain messages were stored by the function"
+    );
+    // Each connection reports on its own schedule: once every one has had its turn, the
+    // message with a mention must not have been counted.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(
+        function_calls(&app, "chorus_send_message").await,
+        3,
+        "the message with a mention took the general path"
     );
 }
 

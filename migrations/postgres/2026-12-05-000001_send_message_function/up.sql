@@ -15,28 +15,36 @@ CREATE FUNCTION chorus_send_message(
     p_device_id TEXT,
     p_client_msg_id TEXT,
     p_content TEXT,
-    p_ext TEXT
+    p_ext TEXT,
+    p_now TIMESTAMP
 ) RETURNS TABLE (stored_msg_id BIGINT, stored_at TIMESTAMP) LANGUAGE plpgsql AS $$
 DECLARE
     new_id BIGINT;
+    activity TIMESTAMP;
     stamp TIMESTAMP;
 BEGIN
-    -- The group's row lock orders the group's sends: ids are handed out one by one, and
-    -- membership changes (which take this lock first) cannot interleave with the send.
-    UPDATE groups SET last_msg_id = last_msg_id + 1 WHERE group_id = p_group_id
-        RETURNING last_msg_id INTO new_id;
+    -- A sender who is not a member is refused without taking the group's lock (a removed
+    -- member's client retrying in a loop must not slow the group's senders).
+    PERFORM 1 FROM group_members WHERE group_id = p_group_id AND user_id = p_sender_id;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- A statement of its own, so it reads membership as of after the lock was taken.
+    -- The group's row lock orders the group's sends: ids are handed out one by one, and
+    -- membership changes (which take this lock first) cannot interleave with the send.
+    UPDATE groups SET last_msg_id = last_msg_id + 1 WHERE group_id = p_group_id
+        RETURNING last_msg_id, last_activity_at INTO new_id, activity;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Again, in a statement of its own, so it reads membership as of after the lock was taken.
     PERFORM 1 FROM group_members WHERE group_id = p_group_id AND user_id = p_sender_id;
     IF NOT FOUND THEN
         UPDATE groups SET last_msg_id = last_msg_id - 1 WHERE group_id = p_group_id;
         RETURN;
     END IF;
-    -- Stamped under the lock, so a group's entries are stamped in id order (by the
-    -- database's clock; the general path uses the server's).
-    stamp := date_trunc('microseconds', clock_timestamp() AT TIME ZONE 'UTC');
+    -- The server's clock, as every other entry has; p_now was read before the lock was
+    -- taken, so it is raised to the group's last activity to keep stamps in id order.
+    stamp := GREATEST(p_now, activity);
     INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, content,
                             created_at, mention_all, ext)
         VALUES (p_group_id, new_id, 'message', p_sender_id, p_client_msg_id, p_content,
@@ -63,6 +71,12 @@ BEGIN
         last_ack_msg_id = CASE WHEN p_device_id IS NULL AND last_ack_msg_id = new_id - 1
                                THEN new_id ELSE last_ack_msg_id END
         WHERE group_id = p_group_id AND user_id = p_sender_id;
+    IF NOT FOUND THEN
+        -- Cannot happen while removals lock the group's row first; if it did, the whole
+        -- statement rolls back rather than store a message from no member.
+        RAISE EXCEPTION 'chorus_send_message: the membership of % in group % vanished',
+            p_sender_id, p_group_id;
+    END IF;
     IF p_device_id IS NOT NULL THEN
         UPDATE device_cursors SET last_ack_msg_id = new_id
             WHERE group_id = p_group_id AND user_id = p_sender_id AND device_id = p_device_id
