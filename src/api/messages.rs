@@ -33,25 +33,77 @@ pub async fn send_message(
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let (client_msg_id, entry) = body.parse()?;
-    if let Some(view) =
-        stored_in_one_statement(&state, &user, group_id, &client_msg_id, &entry).await?
-    {
+    let (created, view) =
+        match stored_in_one_statement(&state, &user, group_id, &client_msg_id, &entry).await? {
+            Some(view) => (true, view),
+            None => {
+                stored_by_the_general_path(&state, user, group_id, client_msg_id, entry).await?
+            }
+        };
+    if created {
         state.metrics.messages_sent.inc();
-        return Ok(HttpResponse::Created().json(view));
+        Ok(HttpResponse::Created().json(view))
+    } else {
+        Ok(HttpResponse::Ok().json(view))
     }
+}
+
+fn author_of(user: &AuthUser) -> Author<'_> {
+    Author {
+        user_id: user.id(),
+        device: user.device.as_ref(),
+    }
+}
+
+/// A plain message stored by one statement (PostgreSQL): None when it was not, because the
+/// engine has no such path or the entry is not plain, or because only the general path can
+/// answer (a refusal, a repeat of an earlier `client_msg_id`).
+async fn stored_in_one_statement(
+    state: &AppState,
+    user: &AuthUser,
+    group_id: i64,
+    client_msg_id: &str,
+    entry: &UserEntry,
+) -> Result<Option<MessageView>, ApiError> {
+    let Some(draft) = entry.plain_message() else {
+        return Ok(None);
+    };
     let sender = user.clone();
+    let client_msg_id = client_msg_id.to_owned();
+    let (content, ext) = (draft.content.clone(), draft.ext.clone());
+    let stored = state
+        .db
+        .write_one_statement(move |conn, wakes| {
+            let message = PlainMessage {
+                group_id,
+                author: author_of(&sender),
+                client_msg_id: &client_msg_id,
+                content: &content,
+                ext: ext.as_deref(),
+            };
+            plain_send::store(conn, &message, wakes)
+        })
+        .await?;
+    Ok(stored.map(|row| MessageView::new(row, &EntryRefs::default(), 0)))
+}
+
+/// Any entry, in a transaction that decides refusals and repeats: whether it was created,
+/// and the entry as stored (the original for a repeat).
+async fn stored_by_the_general_path(
+    state: &AppState,
+    sender: AuthUser,
+    group_id: i64,
+    client_msg_id: String,
+    entry: UserEntry,
+) -> Result<(bool, MessageView), ApiError> {
     let windows = state.change_windows;
-    let (created, view) = state
+    let stored = state
         .db
         .write_checked(move |conn, wakes| {
-            let author = Author {
-                user_id: sender.id(),
-                device: sender.device.as_ref(),
-            };
             let outcome = refuse_unless!(messages::send(
                 conn,
                 group_id,
-                author,
+                author_of(&sender),
                 &client_msg_id,
                 &entry,
                 windows,
@@ -77,47 +129,7 @@ pub async fn send_message(
             Ok(Ok::<_, Refusal>((created, MessageView::new(row, &refs, 0))))
         })
         .await??;
-    if created {
-        state.metrics.messages_sent.inc();
-        Ok(HttpResponse::Created().json(view))
-    } else {
-        Ok(HttpResponse::Ok().json(view))
-    }
-}
-
-/// A plain message stored by one statement (PostgreSQL): None when it was not, because the
-/// engine has no such path or the entry is not plain, or because only the general path can
-/// answer (a refusal, a repeat of an earlier `client_msg_id`).
-async fn stored_in_one_statement(
-    state: &AppState,
-    user: &AuthUser,
-    group_id: i64,
-    client_msg_id: &str,
-    entry: &UserEntry,
-) -> Result<Option<MessageView>, ApiError> {
-    let Some(draft) = entry.plain_message() else {
-        return Ok(None);
-    };
-    let sender = user.clone();
-    let client_msg_id = client_msg_id.to_owned();
-    let (content, ext) = (draft.content.clone(), draft.ext.clone());
-    let stored = state
-        .db
-        .write_one_statement(move |conn, wakes| {
-            let message = PlainMessage {
-                group_id,
-                author: Author {
-                    user_id: sender.id(),
-                    device: sender.device.as_ref(),
-                },
-                client_msg_id: &client_msg_id,
-                content: &content,
-                ext: ext.as_deref(),
-            };
-            plain_send::store(conn, &message, wakes)
-        })
-        .await?;
-    Ok(stored.map(|row| MessageView::new(row, &EntryRefs::default(), 0)))
+    Ok(stored)
 }
 
 #[derive(Deserialize)]
