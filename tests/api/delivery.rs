@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::endpoints::msg_ids;
 use crate::helpers::TestApp;
 use crate::on_both_engines;
 
@@ -21,16 +22,6 @@ on_both_engines!(
     a_send_from_a_device_moves_only_that_devices_cursor,
     a_device_that_reads_and_replies_at_once_gets_answers_to_both,
 );
-
-/// The messages' ids of a page.
-fn ids(page: &serde_json::Value) -> Vec<i64> {
-    page["messages"]
-        .as_array()
-        .expect("messages")
-        .iter()
-        .map(|m| m["msg_id"].as_i64().expect("msg_id"))
-        .collect()
-}
 
 fn unread_of(page: &serde_json::Value, group: i64) -> i64 {
     page["groups"]
@@ -95,7 +86,7 @@ async fn a_sender_who_had_everything_moves_onto_their_own_message(app: TestApp) 
     assert_eq!(bob.body["groups"][0]["last_read_msg_id"], 2);
     assert_eq!(unread_of(&bob.body, group), 0);
     let pull = app.list_messages("bob", group, "").await;
-    assert_eq!(ids(&pull.body), Vec::<i64>::new(), "nothing to pull");
+    assert_eq!(msg_ids(&pull.body), Vec::<i64>::new(), "nothing to pull");
     // A retried send changes nothing.
     let again = app.send("bob", group, "retry-me", "once").await;
     assert_eq!(again.status, 201);
@@ -171,14 +162,14 @@ async fn a_laptop_catches_up_on_what_the_phone_acked(app: TestApp) {
         assert_eq!(unread_of(&mine.body, group), 0);
         let again = app.list_messages(device, group, "").await;
         assert_eq!(
-            ids(&again.body),
+            msg_ids(&again.body),
             Vec::<i64>::new(),
             "{device} has everything"
         );
     }
     // The default device of the same user has received nothing yet.
     let default_pull = app.list_messages("bob", group, "?limit=5").await;
-    assert_eq!(ids(&default_pull.body), vec![1, 2, 3, 4, 5]);
+    assert_eq!(msg_ids(&default_pull.body), vec![1, 2, 3, 4, 5]);
 }
 
 async fn reading_on_the_laptop_clears_the_phone_badge_through_sync(app: TestApp) {
@@ -345,14 +336,14 @@ async fn requests_without_a_device_keep_the_default_device_cursor(app: TestApp) 
 
     let page = app.list_messages("bob", group, "").await;
     assert_eq!(
-        ids(&page.body),
+        msg_ids(&page.body),
         vec![2],
         "the default device continues after 1"
     );
     assert_eq!(page.body["last_ack_msg_id"], 1);
     assert_eq!(page.body["last_read_msg_id"], 2, "read on the phone");
     let phone_page = app.list_messages("bob#phone", group, "").await;
-    assert_eq!(ids(&phone_page.body), Vec::<i64>::new());
+    assert_eq!(msg_ids(&phone_page.body), Vec::<i64>::new());
     assert_eq!(phone_page.body["last_ack_msg_id"], 2);
     let devices = app.my_devices("bob").await;
     assert_eq!(devices.body["devices"][0]["device_id"], "phone");
@@ -373,14 +364,18 @@ async fn a_send_from_a_device_moves_only_that_devices_cursor(app: TestApp) {
 
     let phone = app.list_messages("bob#phone", group, "").await;
     assert_eq!(
-        ids(&phone.body),
+        msg_ids(&phone.body),
         Vec::<i64>::new(),
         "the phone had everything"
     );
     assert_eq!(phone.body["last_ack_msg_id"], 2);
     assert_eq!(phone.body["last_read_msg_id"], 2);
     let laptop = app.list_messages("bob#laptop", group, "").await;
-    assert_eq!(ids(&laptop.body), vec![1, 2], "the laptop receives both");
+    assert_eq!(
+        msg_ids(&laptop.body),
+        vec![1, 2],
+        "the laptop receives both"
+    );
     assert_eq!(
         unread_of(&app.my_groups("bob#laptop", "").await.body, group),
         0

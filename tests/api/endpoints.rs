@@ -6,6 +6,16 @@ use serde_json::{json, Value};
 
 use crate::helpers::{random_suffix, TestApp, TestResponse};
 
+/// The messages' ids of a page of messages, in its order.
+pub fn msg_ids(page: &Value) -> Vec<i64> {
+    page["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["msg_id"].as_i64().expect("msg_id"))
+        .collect()
+}
+
 impl TestApp {
     pub async fn create_group(&self, user: &str, name: &str, members: &[&str]) -> TestResponse {
         let body = json!({"name": name, "member_ids": members});
@@ -231,12 +241,7 @@ impl TestApp {
         loop {
             let page = self.list_messages(user, group_id, "?limit=200").await;
             assert_eq!(page.status, 200, "{:?}", page.body);
-            let ids: Vec<i64> = page.body["messages"]
-                .as_array()
-                .expect("messages")
-                .iter()
-                .map(|m| m["msg_id"].as_i64().expect("msg_id"))
-                .collect();
+            let ids = msg_ids(&page.body);
             let Some(&last) = ids.last() else {
                 return received;
             };

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{json, Value};
 
+use crate::endpoints::msg_ids;
 use crate::helpers::{TestApp, TestResponse};
 use crate::on_both_engines;
 use crate::support::engine::Engine;
@@ -96,12 +97,8 @@ async fn plain_and_rich_sends_racing_in_one_group_keep_ids_contiguous(app: TestA
         .list_messages("carol", group, "?after_msg_id=0&limit=200")
         .await;
     let stored = stored_entries(&page);
-    let stored_ids: Vec<i64> = stored
-        .iter()
-        .map(|m| m["msg_id"].as_i64().unwrap_or(0))
-        .collect();
     assert_eq!(
-        stored_ids,
+        msg_ids(&page.body),
         (1..=(2 * distinct) as i64 + 1).collect::<Vec<_>>(),
         "contiguous ids, each message once"
     );
@@ -183,12 +180,17 @@ async fn refused_plain_sends_store_nothing_and_take_no_id(app: TestApp) {
     let missing = app.send("alice", 999_999, "a-1", "nowhere").await;
     assert_eq!(missing.status, 404, "{:?}", missing.body);
     assert_eq!(missing.error_code(), "not_found");
-    let too_long = app.send("alice", group, "a-2", &"x".repeat(100_000)).await;
+    let too_long = "x".repeat(chorus::domain::MAX_CONTENT_BYTES + 1);
+    let refused = app.send("alice", group, "a-2", &too_long).await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    assert_eq!(refused.error_code(), "validation_failed");
     assert!(
-        [400, 413].contains(&too_long.status),
-        "{}: {:?}",
-        too_long.status,
-        too_long.body
+        refused.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("content"),
+        "names the field: {:?}",
+        refused.body
     );
 
     assert!(!app.stored_text_contains("let me in").await);
@@ -260,10 +262,7 @@ async fn a_member_removed_while_sending_has_nothing_stored_after_the_removal(app
         accepted.len(),
         "only what was answered 201 is stored"
     );
-    let ids: Vec<i64> = stored
-        .iter()
-        .map(|m| m["msg_id"].as_i64().unwrap_or(0))
-        .collect();
+    let ids = msg_ids(&page.body);
     assert_eq!(
         ids,
         (1..=ids.len() as i64).collect::<Vec<_>>(),
