@@ -68,6 +68,7 @@ pub mod defaults {
     /// None: the SQLite database may grow until the disk is full.
     pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const SQLITE_WRITE_BATCH: u64 = 64;
+    pub const POSTGRES_SEND_BATCH: u64 = 64;
     /// SQLite's own default page cache (`PRAGMA cache_size = -2000`), per connection.
     pub const SQLITE_CACHE_KIB: u64 = 2000;
     pub const KEEP_ALIVE_SECS: u64 = 75;
@@ -154,6 +155,14 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_SQLITE_WRITE_BATCH", default_value_t = defaults::SQLITE_WRITE_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=4096), global = true)]
     pub sqlite_write_batch: u64,
+
+    /// PostgreSQL: the most plain messages to one group that one transaction (one hold of
+    /// the group's lock, one flush) may carry. Sends to a group that arrive while its last
+    /// transaction commits wait for the next one and share it; a lone send never waits.
+    /// 1 gives every send a transaction of its own.
+    #[arg(long, env = "CHORUS_POSTGRES_SEND_BATCH", default_value_t = defaults::POSTGRES_SEND_BATCH,
+          value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
+    pub postgres_send_batch: u64,
 
     /// SQLite: the page cache of each database connection, in KiB (`PRAGMA cache_size`).
     /// The server holds the pool's connections plus one writer, so the caches together take
@@ -299,6 +308,7 @@ impl Settings {
             sqlite_sync: defaults::SQLITE_SYNC,
             sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             sqlite_write_batch: defaults::SQLITE_WRITE_BATCH,
+            postgres_send_batch: defaults::POSTGRES_SEND_BATCH,
             sqlite_cache_kib: defaults::SQLITE_CACHE_KIB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,

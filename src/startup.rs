@@ -14,6 +14,7 @@ use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
 use crate::db::message_changes::ChangeWindows;
+use crate::db::shared_sends::SharedSends;
 use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
@@ -48,8 +49,10 @@ impl Application {
         if let Some(push) = push {
             spawn_push_job(push, &db, &metrics, &notifier)?;
         }
+        let shared_sends = SharedSends::new(db.clone(), settings.postgres_send_batch as usize);
         let state = web::Data::new(AppState {
             db,
+            shared_sends,
             keys,
             metrics,
             cursors,

@@ -1,6 +1,7 @@
 //! Group commit: sends against the stack's own ceiling, in one run: on SQLite with one commit
 //! per write and with the writer lane grouping the writes that queue during a flush; on
-//! PostgreSQL with every send a transaction and with a plain send as one statement.
+//! PostgreSQL with every send a transaction, with a plain send as one statement, and with the
+//! plain sends that queue for a group sharing one statement.
 //!
 //! The ceiling is a trivial-insert endpoint on the same stack (actix-web with the server's
 //! HTTP settings, the same `Db` and its write path, the same engine and durability), served
@@ -37,25 +38,39 @@ struct Variant {
     name: &'static str,
     sqlite_write_batch: u64,
     one_statement_sends: bool,
+    postgres_send_batch: u64,
 }
 
 /// SQLite: one commit per write, and group commit (the default). PostgreSQL: every send as a
-/// transaction of the general path, and plain sends as one statement (the default).
+/// transaction of the general path, each plain send as one statement of its own, and plain
+/// sends to a group that arrive together sharing one statement (the default).
 fn variants(setup: EngineSetup) -> Vec<Variant> {
-    let variant = |name, sqlite_write_batch, one_statement_sends| Variant {
+    use chorus::config::defaults::{POSTGRES_SEND_BATCH, SQLITE_WRITE_BATCH};
+    let variant = |name, sqlite_write_batch, one_statement_sends, postgres_send_batch| Variant {
         name,
         sqlite_write_batch,
         one_statement_sends,
+        postgres_send_batch,
     };
-    let batch = chorus::config::defaults::SQLITE_WRITE_BATCH;
     match setup.engine() {
         Engine::Sqlite => vec![
-            variant("one commit per write", 1, true),
-            variant("group commit", batch, true),
+            variant("one commit per write", 1, true, POSTGRES_SEND_BATCH),
+            variant(
+                "group commit",
+                SQLITE_WRITE_BATCH,
+                true,
+                POSTGRES_SEND_BATCH,
+            ),
         ],
         Engine::Postgres => vec![
-            variant("a transaction per send", batch, false),
-            variant("one statement per send", batch, true),
+            variant("a transaction per send", SQLITE_WRITE_BATCH, false, 1),
+            variant("one statement per send", SQLITE_WRITE_BATCH, true, 1),
+            variant(
+                "sends share a statement",
+                SQLITE_WRITE_BATCH,
+                true,
+                POSTGRES_SEND_BATCH,
+            ),
         ],
     }
 }
@@ -68,6 +83,7 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.sqlite_write_batch = variant.sqlite_write_batch;
                 s.one_statement_sends = variant.one_statement_sends;
+                s.postgres_send_batch = variant.postgres_send_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {
                 Ok(server) => server,

@@ -16,7 +16,7 @@ use crate::db::devices::device_ack;
 use crate::db::entry_refs::{load_refs, refs_of_new, EntryRefs};
 use crate::db::messages::{self, stored_mentions, Author, SendOutcome, UserEntry};
 use crate::db::models::{EntryKind, MemberRow, MessageRow};
-use crate::db::plain_send::{self, PlainMessage};
+use crate::db::plain_send::PlainMessage;
 use crate::db::receipt_counts::{receipt_counts, ReceiptCounts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, parse_msg_id};
@@ -55,9 +55,10 @@ fn author_of(user: &AuthUser) -> Author<'_> {
     }
 }
 
-/// A plain message stored by one statement (PostgreSQL): None when it was not, because the
-/// engine has no such path or the entry is not plain, or because only the general path can
-/// answer (a refusal, a repeat of an earlier `client_msg_id`).
+/// A plain message stored by one statement (PostgreSQL), perhaps with other sends to the
+/// group that arrived with it: None when it was not, because the engine has no such path or
+/// the entry is not plain, or because only the general path can answer (a refusal, a repeat
+/// of an earlier `client_msg_id`).
 async fn stored_in_one_statement(
     state: &AppState,
     user: &AuthUser,
@@ -68,22 +69,14 @@ async fn stored_in_one_statement(
     let Some(draft) = entry.plain_message() else {
         return Ok(None);
     };
-    let sender = user.clone();
-    let client_msg_id = client_msg_id.to_owned();
-    let (content, ext) = (draft.content.clone(), draft.ext.clone());
-    let stored = state
-        .db
-        .write_one_statement(move |conn, wakes| {
-            let message = PlainMessage {
-                group_id,
-                author: author_of(&sender),
-                client_msg_id: &client_msg_id,
-                content: &content,
-                ext: ext.as_deref(),
-            };
-            plain_send::store(conn, &message, wakes)
-        })
-        .await?;
+    let message = PlainMessage {
+        sender_id: user.id().to_owned(),
+        device_id: user.device.as_ref().map(|d| d.as_str().to_owned()),
+        client_msg_id: client_msg_id.to_owned(),
+        content: draft.content.clone(),
+        ext: draft.ext.clone(),
+    };
+    let stored = state.shared_sends.send(group_id, message).await?;
     Ok(stored.map(|row| MessageView::new(row, &EntryRefs::default(), 0)))
 }
 

@@ -38,6 +38,23 @@ impl DbError {
 }
 
 impl DbError {
+    /// A copy of this error for another caller of the same batch (diesel's errors are not
+    /// Clone). What callers look at survives: the database's kind and message (full disk,
+    /// busy).
+    pub(super) fn same_for_another_caller(&self) -> DbError {
+        use diesel::result::Error as DieselError;
+        match self {
+            DbError::Query(DieselError::DatabaseError(kind, info)) => DbError::Query(
+                DieselError::DatabaseError(*kind, Box::new(info.message().to_owned())),
+            ),
+            DbError::Query(DieselError::BrokenTransactionManager) => {
+                DbError::Query(DieselError::BrokenTransactionManager)
+            }
+            DbError::Task => DbError::Task,
+            other => DbError::Unavailable(other.to_string()),
+        }
+    }
+
     /// True when the database refused a write for lack of space: SQLite's `SQLITE_FULL`, from
     /// a full disk or from the size cap (`CHORUS_SQLITE_MAX_SIZE_MB`). Only writes that need
     /// new pages fail; reads, and writes that fit in pages already there, go on.

@@ -32,6 +32,7 @@ pub mod push_targets;
 pub mod raw_sql;
 pub mod receipt_counts;
 pub mod receipts;
+pub mod shared_sends;
 mod storage;
 pub mod system_lines;
 pub mod unread;

@@ -1,73 +1,103 @@
-//! A plain message on PostgreSQL in one round trip: the function `chorus_send_message` (made
-//! by the migration `send_message_function`) checks membership, takes the next id, stores the
-//! message and moves the sender's cursors, and runs as its own transaction, with no BEGIN or
-//! COMMIT to wait for. It stores a message or changes nothing; whatever it does not store (a
-//! refusal, a repeat of an earlier `client_msg_id`) goes through the general path
-//! ([`super::messages::send`]), which is the one place that decides those answers.
+//! Plain messages to one group on PostgreSQL in one round trip: the function
+//! `chorus_send_messages` (made by the migration `send_messages_together`) checks membership,
+//! takes the next ids, stores the messages and moves their senders' cursors, and runs as its
+//! own transaction, with no BEGIN or COMMIT to wait for. It stores each message or leaves it
+//! out; whatever it leaves out (a refusal, a repeat of an earlier `client_msg_id`) goes
+//! through the general path ([`super::messages::send`]), which is the one place that decides
+//! those answers. [`super::shared_sends`] decides which messages go together.
 
 use chrono::NaiveDateTime;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamp};
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 
-use super::messages::{new_row, Author, MessageDraft, UserEntry};
+use super::messages::{new_row, MessageDraft, UserEntry};
 use super::models::{now_utc, MessageRow};
 use crate::wake::{WakeEvent, Wakes};
 
-/// What [`store`] needs of a plain message: text, and the client's data if any.
-pub struct PlainMessage<'a> {
-    pub group_id: i64,
-    pub author: Author<'a>,
-    pub client_msg_id: &'a str,
-    pub content: &'a str,
-    pub ext: Option<&'a str>,
+/// A plain message: text, and the client's data if any (no mentions, no reply).
+#[derive(Debug, Clone)]
+pub struct PlainMessage {
+    pub sender_id: String,
+    /// The sender's device, when signed in as one.
+    pub device_id: Option<String>,
+    pub client_msg_id: String,
+    pub content: String,
+    pub ext: Option<String>,
 }
 
-/// The stored message, or None when the function stored nothing.
-pub fn store(
+/// Stores `messages`, all to `group_id`, in one statement; the answer has one element per
+/// message, in order: the stored row, or None for a message left to the general path.
+pub fn store_together(
     conn: &mut PgConnection,
-    message: &PlainMessage<'_>,
+    group_id: i64,
+    messages: &[&PlainMessage],
     wakes: &mut Wakes,
-) -> QueryResult<Option<MessageRow>> {
-    let stored = diesel::sql_query(
-        "SELECT stored_msg_id, stored_at FROM chorus_send_message($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind::<BigInt, _>(message.group_id)
-    .bind::<Text, _>(message.author.user_id)
-    .bind::<Nullable<Text>, _>(message.author.device.map(|d| d.as_str()))
-    .bind::<Text, _>(message.client_msg_id)
-    .bind::<Text, _>(message.content)
-    .bind::<Nullable<Text>, _>(message.ext)
-    .bind::<Timestamp, _>(now_utc())
-    .get_result::<Stored>(conn)
-    .optional()?;
-    let Some(stored) = stored else {
-        return Ok(None);
+) -> QueryResult<Vec<Option<MessageRow>>> {
+    let column = |field: fn(&PlainMessage) -> &str| -> Vec<&str> {
+        messages.iter().map(|m| field(m)).collect()
     };
-    wakes.record(WakeEvent::MessageSent(message.group_id));
-    Ok(Some(message.row(stored)))
+    let optional = |field: fn(&PlainMessage) -> Option<&str>| -> Vec<Option<&str>> {
+        messages.iter().map(|m| field(m)).collect()
+    };
+    let stored = diesel::sql_query(
+        "SELECT ordinal, stored_msg_id, stored_at \
+         FROM chorus_send_messages($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind::<BigInt, _>(group_id)
+    .bind::<Array<Text>, _>(column(|m| &m.sender_id))
+    .bind::<Array<Nullable<Text>>, _>(optional(|m| m.device_id.as_deref()))
+    .bind::<Array<Text>, _>(column(|m| &m.client_msg_id))
+    .bind::<Array<Text>, _>(column(|m| &m.content))
+    .bind::<Array<Nullable<Text>>, _>(optional(|m| m.ext.as_deref()))
+    .bind::<Timestamp, _>(now_utc())
+    .load::<Stored>(conn)?;
+    let mut rows: Vec<Option<MessageRow>> = vec![None; messages.len()];
+    for stored in stored {
+        let index = usize::try_from(stored.ordinal - 1)
+            .ok()
+            .filter(|i| *i < messages.len())
+            .ok_or_else(|| out_of_range(stored.ordinal))?;
+        rows[index] = Some(messages[index].row(group_id, &stored));
+    }
+    if rows.iter().any(Option::is_some) {
+        wakes.record(WakeEvent::MessageSent(group_id));
+    }
+    Ok(rows)
 }
 
-/// What the function answers for a stored message.
+/// What the function answers for each stored message.
 #[derive(QueryableByName)]
 struct Stored {
+    /// The message's position in the call's arrays, from 1.
+    #[diesel(sql_type = Integer)]
+    ordinal: i32,
     #[diesel(sql_type = BigInt)]
     stored_msg_id: i64,
     #[diesel(sql_type = Timestamp)]
     stored_at: NaiveDateTime,
 }
 
-impl PlainMessage<'_> {
-    fn row(&self, stored: Stored) -> MessageRow {
+/// The function named a message it was not given: the call's transaction has committed, so
+/// this is reported as the query's error rather than a row the caller cannot place.
+fn out_of_range(ordinal: i32) -> diesel::result::Error {
+    diesel::result::Error::DeserializationError(
+        format!("chorus_send_messages answered for message {ordinal}, which it was not sent")
+            .into(),
+    )
+}
+
+impl PlainMessage {
+    fn row(&self, group_id: i64, stored: &Stored) -> MessageRow {
         let draft = MessageDraft {
-            ext: self.ext.map(str::to_owned),
-            ..MessageDraft::text(self.content)
+            ext: self.ext.clone(),
+            ..MessageDraft::text(&self.content)
         };
         new_row(
-            self.group_id,
+            group_id,
             stored.stored_msg_id,
-            self.author.user_id,
-            self.client_msg_id,
+            &self.sender_id,
+            &self.client_msg_id,
             &UserEntry::Message(draft),
             stored.stored_at,
         )

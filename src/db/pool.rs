@@ -210,17 +210,19 @@ impl Db {
 
     /// A write that is one statement on PostgreSQL, run outside any transaction: the
     /// statement commits by itself, so the write costs one round trip where BEGIN, the
-    /// statement and COMMIT cost three. `f` answers None when it wrote nothing; so does this,
-    /// without calling `f`, on SQLite (whose writes share the writer lane's commits), for
-    /// tools (which announce inside their transactions) and when the settings turn it off.
-    /// The caller then writes through [`Db::write_checked`]. Wake-ups go as after any commit.
+    /// statement and COMMIT cost three. `f` answers how many writes the statement stored
+    /// (counted as one commit carrying them) and its value. This answers None, without
+    /// calling `f`, where [`Db::writes_in_one_statement`] is false: on SQLite (whose writes
+    /// share the writer lane's commits), for tools (which announce inside their transactions)
+    /// and when the settings turn it off. Wake-ups go as after any commit.
     pub async fn write_one_statement<T, F>(&self, f: F) -> Result<Option<T>, DbError>
     where
-        F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<Option<T>> + Send + 'static,
+        F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<(usize, T)>
+            + Send
+            + 'static,
         T: Send + 'static,
     {
-        let in_transaction = matches!(self.announce, Announce::InTransaction);
-        if self.engine != Engine::Postgres || in_transaction || !self.one_statement_writes {
+        if !self.writes_in_one_statement() {
             return Ok(None);
         }
         let committed = self.on_commit();
@@ -230,19 +232,28 @@ impl Db {
                 return Ok(None);
             };
             let mut wakes = Wakes::default();
-            let written = f(conn, &mut wakes)?;
-            if written.is_some() {
-                commits.committed(1);
+            let (writes, written) = f(conn, &mut wakes)?;
+            if writes > 0 {
+                commits.committed(writes);
                 committed(&wakes);
             }
-            Ok(written)
+            Ok(Some((writes, written)))
         })
         .await
         .inspect_err(|e| self.storage.failed(e))?;
-        if written.is_some() {
-            self.storage.wrote();
-        }
-        Ok(written)
+        Ok(written.map(|(writes, written)| {
+            if writes > 0 {
+                self.storage.wrote();
+            }
+            written
+        }))
+    }
+
+    /// Whether [`Db::write_one_statement`] runs its statement here: PostgreSQL, serving, with
+    /// the setting on.
+    pub fn writes_in_one_statement(&self) -> bool {
+        let in_transaction = matches!(self.announce, Announce::InTransaction);
+        self.engine == Engine::Postgres && !in_transaction && self.one_statement_writes
     }
 
     /// What a committed write's wake-ups do: wake this process's waiters, and queue them for

@@ -16,7 +16,6 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
-use diesel::result::Error as DieselError;
 
 use super::connection::AnyConnection;
 use super::error::DbError;
@@ -181,12 +180,15 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
     let mut jobs = batch.into_iter();
     for job in jobs.by_ref() {
         let done = job.run(&mut conn);
-        let lost = done.lost_batch.as_ref().map(same_error);
+        let lost = done
+            .lost_batch
+            .as_ref()
+            .map(DbError::same_for_another_caller);
         ran.push(done);
         if let Some(lost) = lost {
             let _ = Manager::rollback_transaction(&mut conn);
             for done in ran {
-                (done.answer)(Some(same_error(&lost)));
+                (done.answer)(Some(lost.same_for_another_caller()));
             }
             return fail_all(jobs.collect(), &lost);
         }
@@ -200,7 +202,7 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
     }
     let batch_error = committed.err().map(DbError::Query);
     for done in ran {
-        (done.answer)(batch_error.as_ref().map(same_error));
+        (done.answer)(batch_error.as_ref().map(DbError::same_for_another_caller));
     }
 }
 
@@ -226,7 +228,7 @@ where
 {
     if let Err(e) = Manager::begin_transaction(conn) {
         let lost = DbError::Query(e);
-        return (Err(same_error(&lost)), Some(lost));
+        return (Err(lost.same_for_another_caller()), Some(lost));
     }
     let outcome = match catch_unwind(AssertUnwindSafe(|| f(conn))) {
         Ok(Ok(Ok(value))) => match Manager::commit_transaction(conn) {
@@ -244,7 +246,7 @@ where
         // others hear that, not "no such savepoint".
         Err(rollback) => {
             let cause = match &outcome {
-                Err(e) => same_error(e),
+                Err(e) => e.same_for_another_caller(),
                 Ok(_) => DbError::Query(rollback),
             };
             (outcome, Some(cause))
@@ -254,21 +256,6 @@ where
 
 fn fail_all(jobs: Vec<Job>, error: &DbError) {
     for job in jobs {
-        job.fail(same_error(error));
-    }
-}
-
-/// A copy of `error` for another caller of the same batch (diesel's errors are not Clone).
-/// What callers look at survives: the database's kind and message (full disk, busy).
-fn same_error(error: &DbError) -> DbError {
-    match error {
-        DbError::Query(DieselError::DatabaseError(kind, info)) => DbError::Query(
-            DieselError::DatabaseError(*kind, Box::new(info.message().to_owned())),
-        ),
-        DbError::Query(DieselError::BrokenTransactionManager) => {
-            DbError::Query(DieselError::BrokenTransactionManager)
-        }
-        DbError::Task => DbError::Task,
-        other => DbError::Unavailable(other.to_string()),
+        job.fail(error.same_for_another_caller());
     }
 }

@@ -349,7 +349,7 @@ async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut calls = 0;
     while std::time::Instant::now() < deadline {
-        calls = function_calls(&app, "chorus_send_message").await;
+        calls = function_calls(&app, "chorus_send_messages").await;
         if calls >= 3 {
             break;
         }
@@ -363,7 +363,7 @@ async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     // message with a mention must not have been counted.
     tokio::time::sleep(Duration::from_secs(11)).await;
     assert_eq!(
-        function_calls(&app, "chorus_send_message").await,
+        function_calls(&app, "chorus_send_messages").await,
         3,
         "the message with a mention took the general path"
     );

@@ -1,0 +1,103 @@
+-- Plain messages (text and optional client data: no mentions, no reply) to one group, sent
+-- together in one statement: the server calls this function outside any transaction, so the
+-- messages that queued for the group while its previous call committed share one hold of the
+-- group's lock, one commit and one range of ids. A lone message is a call with one element.
+-- Every other entry, and every message this function does not store, goes through the
+-- server's general path, which decides refusals and duplicates; this function only ever
+-- stores messages or leaves everything as it found it.
+--
+-- The arrays are parallel: element i of each describes the i-th message (a device of NULL:
+-- the sender is not signed in as a device; an ext of NULL: none). Returns one row per stored
+-- message, with its position in the arrays (from 1), its id and its time. A message gets no
+-- row when its sender is not a member or already used its client_msg_id in this group, and
+-- none does when the group does not exist.
+--
+-- The cursor moves below are the ones the general path makes (members::advance_past_own_entry
+-- and devices::advance_device_past_own); the API tests run both paths on PostgreSQL.
+DROP FUNCTION chorus_send_message(BIGINT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMP);
+
+CREATE FUNCTION chorus_send_messages(
+    p_group_id BIGINT,
+    p_sender_ids TEXT[],
+    p_device_ids TEXT[],
+    p_client_msg_ids TEXT[],
+    p_contents TEXT[],
+    p_exts TEXT[],
+    p_now TIMESTAMP
+) RETURNS TABLE (ordinal INT, stored_msg_id BIGINT, stored_at TIMESTAMP) LANGUAGE plpgsql AS $$
+DECLARE
+    senders_in_group TEXT[];
+    last_id BIGINT;
+    first_id BIGINT;
+    activity TIMESTAMP;
+    stamp TIMESTAMP;
+BEGIN
+    -- Senders who are not members are refused without taking the group's lock (a removed
+    -- member's client retrying in a loop must not slow the group's senders).
+    PERFORM 1 FROM group_members WHERE group_id = p_group_id AND user_id = ANY (p_sender_ids);
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- The group's row lock orders the group's sends: ids are handed out one by one, and
+    -- membership changes (which take this lock first) cannot interleave with the sends.
+    SELECT g.last_msg_id, g.last_activity_at INTO last_id, activity
+        FROM groups g WHERE g.group_id = p_group_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Again, in a statement of its own, so it reads membership as of after the lock was taken.
+    SELECT array_agg(user_id) INTO senders_in_group
+        FROM group_members WHERE group_id = p_group_id AND user_id = ANY (p_sender_ids);
+    IF senders_in_group IS NULL THEN
+        RETURN;
+    END IF;
+    -- The server's clock, as every other entry has; p_now was read before the lock was
+    -- taken, so it is raised to the group's last activity to keep stamps in id order.
+    stamp := GREATEST(p_now, activity);
+    first_id := last_id + 1;
+    FOR i IN 1 .. array_length(p_sender_ids, 1) LOOP
+        CONTINUE WHEN NOT (p_sender_ids[i] = ANY (senders_in_group));
+        -- A repeat of an earlier send (in an earlier call or earlier in this one) stores
+        -- nothing and takes no id; the general path answers with the original.
+        INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, content,
+                                created_at, mention_all, ext)
+            VALUES (p_group_id, last_id + 1, 'message', p_sender_ids[i], p_client_msg_ids[i],
+                    p_contents[i], stamp, FALSE, p_exts[i])
+            ON CONFLICT DO NOTHING;
+        CONTINUE WHEN NOT FOUND;
+        last_id := last_id + 1;
+        -- The sender has read and received their own message: each cursor that stood just
+        -- below it moves onto it; one left further back stays, and the message counts as the
+        -- sender's own above their read cursor.
+        UPDATE group_members SET
+            own_msgs_after_read = CASE WHEN last_read_msg_id = last_id - 1
+                                       THEN own_msgs_after_read ELSE own_msgs_after_read + 1 END,
+            last_read_msg_id = CASE WHEN last_read_msg_id = last_id - 1
+                                    THEN last_id ELSE last_read_msg_id END,
+            delivered_msg_id = CASE WHEN delivered_msg_id = last_id - 1
+                                    THEN last_id ELSE delivered_msg_id END,
+            last_ack_msg_id = CASE WHEN p_device_ids[i] IS NULL AND last_ack_msg_id = last_id - 1
+                                   THEN last_id ELSE last_ack_msg_id END
+            WHERE group_id = p_group_id AND user_id = p_sender_ids[i];
+        IF NOT FOUND THEN
+            -- Cannot happen while removals lock the group's row first; if it did, the whole
+            -- statement rolls back rather than store a message from no member.
+            RAISE EXCEPTION 'chorus_send_messages: the membership of % in group % vanished',
+                p_sender_ids[i], p_group_id;
+        END IF;
+        IF p_device_ids[i] IS NOT NULL THEN
+            UPDATE device_cursors SET last_ack_msg_id = last_id
+                WHERE group_id = p_group_id AND user_id = p_sender_ids[i]
+                  AND device_id = p_device_ids[i] AND last_ack_msg_id = last_id - 1;
+        END IF;
+        ordinal := i;
+        stored_msg_id := last_id;
+        stored_at := stamp;
+        RETURN NEXT;
+    END LOOP;
+    IF last_id >= first_id THEN
+        UPDATE groups SET last_msg_id = last_id,
+                          last_activity_at = GREATEST(last_activity_at, stamp)
+            WHERE group_id = p_group_id;
+    END IF;
+END $$;
