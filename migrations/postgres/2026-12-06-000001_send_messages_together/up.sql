@@ -40,8 +40,11 @@ BEGIN
     END IF;
     -- The group's row lock orders the group's sends: ids are handed out one by one, and
     -- membership changes (which take this lock first) cannot interleave with the sends.
+    -- NO KEY UPDATE, the lock an UPDATE of the row's other columns takes: it lets an ack
+    -- that holds a member's row insert rows referring to the group (a foreign key's KEY
+    -- SHARE lock), where FOR UPDATE would deadlock with it.
     SELECT g.last_msg_id, g.last_activity_at INTO last_id, activity
-        FROM groups g WHERE g.group_id = p_group_id FOR UPDATE;
+        FROM groups g WHERE g.group_id = p_group_id FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RETURN;
     END IF;
