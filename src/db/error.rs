@@ -55,6 +55,20 @@ impl DbError {
         }
     }
 
+    /// True when no connection could be had, the connection died, or a statement ran out
+    /// of time: the database's state, not the statement's content, made it fail.
+    pub fn is_unreachable_or_timed_out(&self) -> bool {
+        use diesel::result::DatabaseErrorKind as Kind;
+        match self {
+            DbError::Unavailable(_) | DbError::Task => true,
+            DbError::Query(diesel::result::Error::DatabaseError(kind, info)) => {
+                matches!(kind, Kind::ClosedConnection | Kind::UnableToSendCommand)
+                    || TIMEOUT_MESSAGES.iter().any(|m| info.message().contains(m))
+            }
+            _ => false,
+        }
+    }
+
     /// True when the database refused a write for lack of space: SQLite's `SQLITE_FULL`, from
     /// a full disk or from the size cap (`CHORUS_SQLITE_MAX_SIZE_MB`). Only writes that need
     /// new pages fail; reads, and writes that fit in pages already there, go on.
@@ -75,6 +89,12 @@ const SQLITE_FULL_MESSAGE: &str = "database or disk is full";
 const BUSY_MESSAGES: [&str; 4] = [
     "database is locked",
     "deadlock detected",
+    TIMEOUT_MESSAGES[0],
+    TIMEOUT_MESSAGES[1],
+];
+
+/// PostgreSQL's messages for a statement cancelled by a timeout.
+const TIMEOUT_MESSAGES: [&str; 2] = [
     "canceling statement due to statement timeout",
     "canceling statement due to lock timeout",
 ];

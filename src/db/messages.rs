@@ -5,7 +5,7 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 
 use super::access::{member_of, Checked, Membership, Refusal};
-use super::groups::{allocate_msg_id, release_msg_id, touch_activity};
+use super::groups::{allocate_msg_id, lock_group, release_msg_id, touch_activity};
 use super::members::{advance_past_own_entry, read_past_expired};
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
@@ -380,6 +380,10 @@ pub fn delete_messages_before(
     }
     let ids: Vec<i64> = expired.iter().map(|(id, ..)| *id).collect();
     for (group_id, msg_id) in through {
+        // The group's lock first, as every write that moves several members' rows takes it
+        // (a send of several messages moves its senders'): rows locked in two orders by two
+        // writers would deadlock. Groups in id order, like every write of several groups.
+        lock_group(conn, group_id)?;
         read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
     }
     diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)

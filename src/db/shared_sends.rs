@@ -9,9 +9,15 @@
 //! the sends that queued while the previous one was being written. Each send answers only
 //! after its batch committed, so a 2xx still means the message is durable. Each keeps its own
 //! outcome: a send the statement leaves out (a refusal, a repeat of a `client_msg_id`)
-//! answers None, and its caller takes the general path. When the statement fails, every send
-//! of the batch hears the error, and none of the batch is stored (or, if the connection died
-//! during the commit, all may be: a retry with the same `client_msg_id` finds out).
+//! answers None, and its caller takes the general path. When the statement fails, none of
+//! the batch is stored (or, if the connection died during the commit, all may be: a retry
+//! with the same `client_msg_id` finds out); each send of a failed batch then goes alone
+//! through the general path, except when the database was unreachable or timed out, which
+//! every send of the batch hears.
+//!
+//! A queued send waits for the batches ahead of it: each is bounded by the pool's and the
+//! statement's timeouts, and takes up to the limit, so a send waits longer than one send's
+//! timeouts only behind more than a batch's worth of others.
 //!
 //! Groups are independent: each has its own task, on its own connection. Another instance's
 //! sends to the same group take the group's lock in turn, so ids stay contiguous.
@@ -118,6 +124,7 @@ async fn drain(inner: Arc<Inner>, group_id: i64) {
         group_id,
         early: true,
     };
+    // Each `answer.send` may find its client gone (hung up): the send is stored all the same.
     while let Some(batch) = inner.next_batch(group_id) {
         let (messages, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|q| (q.message, q.answer)).unzip();
@@ -142,9 +149,28 @@ async fn drain(inner: Arc<Inner>, group_id: i64) {
                     let _ = answer.send(Ok(None));
                 }
             }
-            Err(e) => {
+            // A lone send hears its own error.
+            Err(e) if answers.len() == 1 => {
+                if let Some(answer) = answers.into_iter().next() {
+                    let _ = answer.send(Err(e));
+                }
+            }
+            // The database could not be reached or was too busy for the statement: the sends
+            // alone would fare no better, and each client retries with its `client_msg_id`.
+            Err(e) if e.is_unreachable_or_timed_out() => {
                 for answer in answers {
                     let _ = answer.send(Err(e.same_for_another_caller()));
+                }
+            }
+            // Anything else may be one send's doing, or the mix's (a deadlock): each goes
+            // alone through the general path, which gives it its own outcome. Nothing of the
+            // batch was stored, or (a connection lost during the commit) all of it, which the
+            // general path then finds by `client_msg_id`.
+            Err(e) => {
+                tracing::warn!(group_id, sends = answers.len(), error = %e,
+                    "a shared send statement failed; its sends go one by one");
+                for answer in answers {
+                    let _ = answer.send(Ok(None));
                 }
             }
         }

@@ -14,7 +14,9 @@
 --
 -- The cursor moves below are the ones the general path makes (members::advance_past_own_entry
 -- and devices::advance_device_past_own); the API tests run both paths on PostgreSQL.
-DROP FUNCTION chorus_send_message(BIGINT, TEXT, TEXT, TEXT, TEXT, TEXT, TIMESTAMP);
+-- The one-message function chorus_send_message stays for now: servers of the previous
+-- release, still running during a rolling deploy, call it. Both take the group's row lock,
+-- so they can run side by side; a later release's migration drops it.
 
 CREATE FUNCTION chorus_send_messages(
     p_group_id BIGINT,
@@ -55,8 +57,12 @@ BEGIN
         RETURN;
     END IF;
     -- The server's clock, as every other entry has; p_now was read before the lock was
-    -- taken, so it is raised to the group's last activity to keep stamps in id order.
-    stamp := GREATEST(p_now, activity);
+    -- taken, so it is raised to the group's last activity and to the stamp of the group's
+    -- last entry (a recall or an edit stamps its entry without moving the activity time)
+    -- to keep stamps in id order.
+    stamp := GREATEST(p_now, activity,
+                      (SELECT m.created_at FROM group_msgs m
+                        WHERE m.group_id = p_group_id AND m.msg_id = last_id));
     first_id := last_id + 1;
     FOR i IN 1 .. array_length(p_sender_ids, 1) LOOP
         CONTINUE WHEN NOT (p_sender_ids[i] = ANY (senders_in_group));
