@@ -1,7 +1,8 @@
 //! How many writes each commit carried while the server ran, as it last reported before its
-//! kill (`chorus_db_commits_total`, `chorus_db_writes_total` on /metrics). On SQLite, writes
-//! that queue during a flush share a commit, so a kill lands in the middle of such a batch:
-//! the run's verdict then covers writes that were grouped, not only lone ones.
+//! kill (`chorus_db_commits_total`, `chorus_db_writes_total` on /metrics). Writes that queue
+//! during a flush share a commit (on SQLite every write, on PostgreSQL the plain sends to one
+//! group), so a kill lands in the middle of such a batch: the run's verdict then covers
+//! writes that were grouped, not only lone ones.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
