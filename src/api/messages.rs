@@ -76,7 +76,7 @@ async fn stored_in_one_statement(
         content: draft.content.clone(),
         ext: draft.ext.clone(),
     };
-    let stored = state.shared_sends.send(group_id, message).await?;
+    let stored = state.shared_sends.send(GroupId(group_id), message).await?;
     Ok(stored.map(|row| MessageView::new(row, &EntryRefs::default(), 0)))
 }
 

@@ -13,6 +13,7 @@ use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamp};
 
 use super::messages::{new_row, MessageDraft, UserEntry};
 use super::models::{now_utc, MessageRow};
+use crate::domain::GroupId;
 use crate::wake::{WakeEvent, Wakes};
 
 /// A plain message: text, and the client's data if any (no mentions, no reply).
@@ -30,7 +31,7 @@ pub struct PlainMessage {
 /// message, in order: the stored row, or None for a message left to the general path.
 pub fn store_together(
     conn: &mut PgConnection,
-    group_id: i64,
+    group_id: GroupId,
     messages: &[&PlainMessage],
     wakes: &mut Wakes,
 ) -> QueryResult<Vec<Option<MessageRow>>> {
@@ -44,7 +45,7 @@ pub fn store_together(
         "SELECT ordinal, stored_msg_id, stored_at \
          FROM chorus_send_messages($1, $2, $3, $4, $5, $6, $7)",
     )
-    .bind::<BigInt, _>(group_id)
+    .bind::<BigInt, _>(group_id.0)
     .bind::<Array<Text>, _>(column(|m| &m.sender_id))
     .bind::<Array<Nullable<Text>>, _>(optional(|m| m.device_id.as_deref()))
     .bind::<Array<Text>, _>(column(|m| &m.client_msg_id))
@@ -61,7 +62,7 @@ pub fn store_together(
         rows[index] = Some(messages[index].row(group_id, &stored));
     }
     if rows.iter().any(Option::is_some) {
-        wakes.record(WakeEvent::MessageSent(group_id));
+        wakes.record(WakeEvent::MessageSent(group_id.0));
     }
     Ok(rows)
 }
@@ -88,13 +89,13 @@ fn out_of_range(ordinal: i32) -> diesel::result::Error {
 }
 
 impl PlainMessage {
-    fn row(&self, group_id: i64, stored: &Stored) -> MessageRow {
+    fn row(&self, group_id: GroupId, stored: &Stored) -> MessageRow {
         let draft = MessageDraft {
             ext: self.ext.clone(),
             ..MessageDraft::text(&self.content)
         };
         new_row(
-            group_id,
+            group_id.0,
             stored.stored_msg_id,
             &self.sender_id,
             &self.client_msg_id,

@@ -32,6 +32,7 @@ use super::error::DbError;
 use super::models::MessageRow;
 use super::plain_send::{store_together, PlainMessage};
 use super::pool::Db;
+use crate::domain::GroupId;
 
 /// The queues of one instance, shared by all its workers.
 #[derive(Clone)]
@@ -44,7 +45,7 @@ struct Inner {
     /// The most sends one statement carries.
     limit: usize,
     /// Groups with sends in flight, each with those not yet taken by its task.
-    queues: Mutex<HashMap<i64, Vec<Queued>>>,
+    queues: Mutex<HashMap<GroupId, Vec<Queued>>>,
 }
 
 /// A send waiting for its group's task.
@@ -69,7 +70,7 @@ impl SharedSends {
     /// engine has no such statement, or the statement left it out.
     pub async fn send(
         &self,
-        group_id: i64,
+        group_id: GroupId,
         message: PlainMessage,
     ) -> Result<Option<MessageRow>, DbError> {
         if !self.inner.db.writes_in_one_statement() {
@@ -97,7 +98,7 @@ impl SharedSends {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Vec<Queued>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<GroupId, Vec<Queued>>> {
         // Every change to the map is a single insert, push, drain or remove, so a panic
         // cannot leave it half-changed and a poisoned lock is usable.
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
@@ -105,7 +106,7 @@ impl Inner {
 
     /// The next batch of the group's sends, oldest first; None, and the group's entry gone,
     /// when none is waiting (the caller's task then ends).
-    fn next_batch(&self, group_id: i64) -> Option<Vec<Queued>> {
+    fn next_batch(&self, group_id: GroupId) -> Option<Vec<Queued>> {
         let mut queues = self.lock();
         let waiting = queues.get_mut(&group_id)?;
         if waiting.is_empty() {
@@ -118,7 +119,7 @@ impl Inner {
 }
 
 /// A group's task: writes its sends, batch after batch, until none is waiting.
-async fn drain(inner: Arc<Inner>, group_id: i64) {
+async fn drain(inner: Arc<Inner>, group_id: GroupId) {
     let mut ends = EndsTask {
         inner: inner.clone(),
         group_id,
@@ -167,7 +168,7 @@ async fn drain(inner: Arc<Inner>, group_id: i64) {
             // batch was stored, or (a connection lost during the commit) all of it, which the
             // general path then finds by `client_msg_id`.
             Err(e) => {
-                tracing::warn!(group_id, sends = answers.len(), error = %e,
+                tracing::warn!(group_id = group_id.0, sends = answers.len(), error = %e,
                     "a shared send statement failed; its sends go one by one");
                 for answer in answers {
                     let _ = answer.send(Ok(None));
@@ -184,7 +185,7 @@ async fn drain(inner: Arc<Inner>, group_id: i64) {
 /// end the entry is already gone, and may belong to a new task.)
 struct EndsTask {
     inner: Arc<Inner>,
-    group_id: i64,
+    group_id: GroupId,
     early: bool,
 }
 

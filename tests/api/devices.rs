@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::TestApp;
 use crate::on_both_engines;
+use crate::on_postgres;
 use crate::spec_check::check_against_spec;
 use crate::support::engine::Engine;
 use crate::support::tokens::SECRET;
@@ -18,6 +19,7 @@ on_both_engines!(
     a_token_with_a_malformed_device_claim_is_401_naming_the_claim,
     idle_devices_are_forgotten_by_the_retention_job,
 );
+on_postgres!(a_read_through_one_instance_clears_the_badge_polled_on_another);
 
 /// A token with hand-made claims, signed with the test secret.
 fn token_with_claims(claims: Value) -> String {
@@ -243,11 +245,6 @@ async fn idle_devices_are_forgotten_by_the_retention_job(app: TestApp) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn a_read_through_one_instance_clears_the_badge_polled_on_another() {
     let a = crate::helpers::spawn_app(Engine::Postgres).await;
     let second = a.second_instance().await;

@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::helpers::{TestApp, TestResponse};
 use crate::on_both_engines;
+use crate::on_postgres;
 use crate::support::engine::Engine;
 use chorus::config::Settings;
 
@@ -25,6 +26,7 @@ on_both_engines!(
 );
 on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
 on_both_engines!(with four_writes_per_commit: a_commit_never_carries_more_writes_than_the_limit);
+on_postgres!(on_postgres_a_failed_shared_statement_fails_all_its_sends_and_stores_none);
 
 /// How long the test holds the lock: long enough for the whole burst to queue, well inside
 /// SQLite's busy timeout (5 s) and PostgreSQL's statement timeout.
@@ -386,11 +388,6 @@ async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
 /// times out, here because the group's lock is held past the statement timeout, every send
 /// it carried answers 503 (alone, each would have waited the same) and none is stored, and
 /// each retry with the same `client_msg_id` then stores its message once, ids contiguous.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn on_postgres_a_failed_shared_statement_fails_all_its_sends_and_stores_none() {
     let app = crate::helpers::spawn_app_with(Engine::Postgres, |s| {
         s.statement_timeout_ms = 400;

@@ -72,6 +72,22 @@ macro_rules! on_both_engines {
     )* };
 }
 
+/// `mod <scenario> { fn postgres(); }` for a scenario that exists on PostgreSQL only (several
+/// instances, PostgreSQL's own statistics), written as `async fn <scenario>()`; ignored, as
+/// every PostgreSQL run, unless CHORUS_TEST_DATABASE_URL was set when the tests were built.
+#[macro_export]
+macro_rules! on_postgres {
+    ($($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[cfg_attr(not(chorus_pg_tests), ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL")]
+            async fn postgres() {
+                super::$scenario().await
+            }
+        }
+    )* };
+}
+
 pub fn random_suffix() -> String {
     use rand::Rng;
     let n: u64 = rand::rng().random();

@@ -8,21 +8,19 @@ use std::time::Duration;
 
 use diesel::RunQueryDsl;
 
+use crate::on_postgres;
 use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
 use crate::support::tokens::TokenMint;
+
+on_postgres!(an_internal_error_is_one_line_without_a_backtrace_on_postgres);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_internal_error_is_one_line_without_a_backtrace_on_sqlite() {
     one_line_without_a_backtrace(Engine::Sqlite).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn an_internal_error_is_one_line_without_a_backtrace_on_postgres() {
     one_line_without_a_backtrace(Engine::Postgres).await;
 }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use crate::helpers::{spawn_app, TestApp};
 use crate::on_both_engines;
+use crate::on_postgres;
 use crate::support::engine::Engine;
 
 on_both_engines!(
@@ -393,11 +394,6 @@ async fn receipts_report_every_ack_under_concurrency(app: TestApp) {
 }
 
 /// Two instances on one PostgreSQL: a member's ack on B wakes the sender waiting on A.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn ack_on_one_instance_wakes_a_poll_on_another() {
     let a = spawn_app(Engine::Postgres).await;
     let second = a.second_instance().await;
@@ -492,6 +488,10 @@ async fn a_waiting_member_added_to_a_group_hears_its_first_message(app: TestApp)
 on_both_engines!(with short_message_retention:
     message_retention_deletes_old_messages_and_keeps_cursors_and_ids,
 );
+on_postgres!(
+    ack_on_one_instance_wakes_a_poll_on_another,
+    a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing
+);
 
 fn short_message_retention(s: &mut Settings) {
     s.message_retention_secs = Some(2);
@@ -569,11 +569,6 @@ async fn every_group_created_with_a_waiting_member_wakes_their_poll(app: TestApp
 /// instance never does (here it is set to announce nothing: as if it died after each commit,
 /// before telling the others), a poll on the other instance still answers by its timeout, and
 /// the next poll from the cursor it got returns the message it was not told of.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing() {
     let a = spawn_app(Engine::Postgres).await;
     let silent = a.second_instance_with(|s| s.announce_wakes = false).await;

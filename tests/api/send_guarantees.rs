@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use crate::endpoints::msg_ids;
 use crate::helpers::{TestApp, TestResponse};
 use crate::on_both_engines;
+use crate::on_postgres;
 use crate::support::engine::Engine;
 
 on_both_engines!(
@@ -22,6 +23,7 @@ on_both_engines!(
     a_member_removed_while_sending_has_nothing_stored_after_the_removal,
     plain_sends_move_the_senders_cursors_and_the_chat_list,
 );
+on_postgres!(on_postgres_a_plain_message_is_stored_by_one_statement);
 
 /// The k-th distinct message of a racing sender, alternately plain and not.
 fn body_of(sender: &str, k: usize) -> Value {
@@ -323,11 +325,6 @@ async fn plain_sends_move_the_senders_cursors_and_the_chat_list(app: TestApp) {
 /// On PostgreSQL a plain message is stored by the one-statement function and a message that
 /// mentions someone is not; counted by PostgreSQL's own function statistics, switched on for
 /// the test's database before a second instance opens its connections.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
 async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;

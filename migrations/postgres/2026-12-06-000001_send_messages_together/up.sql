@@ -34,6 +34,12 @@ DECLARE
     activity TIMESTAMP;
     stamp TIMESTAMP;
 BEGIN
+    IF array_length(p_sender_ids, 1) IS DISTINCT FROM array_length(p_device_ids, 1)
+       OR array_length(p_sender_ids, 1) IS DISTINCT FROM array_length(p_client_msg_ids, 1)
+       OR array_length(p_sender_ids, 1) IS DISTINCT FROM array_length(p_contents, 1)
+       OR array_length(p_sender_ids, 1) IS DISTINCT FROM array_length(p_exts, 1) THEN
+        RAISE EXCEPTION 'chorus_send_messages: the arrays describe different numbers of messages';
+    END IF;
     -- Senders who are not members are refused without taking the group's lock (a removed
     -- member's client retrying in a loop must not slow the group's senders).
     PERFORM 1 FROM group_members WHERE group_id = p_group_id AND user_id = ANY (p_sender_ids);
