@@ -23,6 +23,7 @@ on_both_engines!(
     a_lone_write_commits_at_once_on_its_own,
     a_send_whose_client_hung_up_before_the_commit_still_wakes_the_waiters,
     messages_committed_together_move_each_senders_cursors_as_if_sent_one_by_one,
+    a_member_removed_while_their_sends_wait_in_a_batch_has_none_stored,
 );
 on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
 on_both_engines!(with four_writes_per_commit: a_commit_never_carries_more_writes_than_the_limit);
@@ -53,9 +54,15 @@ struct HeldLock {
 
 impl HeldLock {
     async fn take(app: &TestApp, group_id: i64) -> HeldLock {
+        HeldLock::take_doing(app, group_id, "").await
+    }
+
+    /// [`HeldLock::take`], and `also` runs in the same transaction: what it changes becomes
+    /// visible at the release, to writes that were waiting for the lock.
+    async fn take_doing(app: &TestApp, group_id: i64, also: &str) -> HeldLock {
         use diesel::connection::SimpleConnection;
         use diesel::Connection;
-        let (engine, url) = (app.engine, app.database_url.clone());
+        let (engine, url, also) = (app.engine, app.database_url.clone(), also.to_owned());
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let (taken, is_taken) = tokio::sync::oneshot::channel::<()>();
         let done = tokio::task::spawn_blocking(move || {
@@ -67,6 +74,8 @@ impl HeldLock {
             };
             let hold = |conn: &mut dyn SimpleConnection| {
                 conn.batch_execute(&lock).expect("take the lock");
+                conn.batch_execute(&also)
+                    .expect("change things under the lock");
                 let _ = taken.send(());
                 let _ = wait.recv();
                 conn.batch_execute("COMMIT").expect("release the lock");
@@ -492,4 +501,45 @@ async fn messages_committed_together_move_each_senders_cursors_as_if_sent_one_by
         );
         assert_eq!(row["unread_count"], unread, "{sender}: {sender_of:?} {row}");
     }
+}
+
+/// Bob's and alice's messages wait together for the group, and the transaction they wait for
+/// removes bob. Once it commits, every send of bob's is refused 403 and stores nothing, while
+/// alice's, waiting in the same batches, are stored, with ids contiguous.
+async fn a_member_removed_while_their_sends_wait_in_a_batch_has_none_stored(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let removal = format!("DELETE FROM group_members WHERE group_id = {group} AND user_id = 'bob'");
+    let lock = HeldLock::take_doing(&app, group, &removal).await;
+    let app_ref = &app;
+    let (sends, _) = tokio::join!(
+        join_all((0..12).map(|k| async move {
+            let sender = ["alice", "bob"][k % 2];
+            let reply = app_ref.send(sender, group, &format!("rm-{k}"), "x").await;
+            (sender, reply)
+        })),
+        async {
+            tokio::time::sleep(HOLD).await;
+            lock.release().await
+        }
+    );
+    for (sender, reply) in &sends {
+        let expected = if *sender == "alice" { 201 } else { 403 };
+        assert_eq!(reply.status, expected, "{sender}: {:?}", reply.body);
+    }
+    let page = app.list_messages("alice", group, "?after_msg_id=0").await;
+    assert_eq!(
+        crate::endpoints::msg_ids(&page.body),
+        (1..=6).collect::<Vec<_>>()
+    );
+    let senders: Vec<&str> = page.body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["sender_id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        senders,
+        vec!["alice"; 6],
+        "nothing of bob's after his removal"
+    );
 }
