@@ -74,8 +74,10 @@ impl HeldLock {
             };
             let hold = |conn: &mut dyn SimpleConnection| {
                 conn.batch_execute(&lock).expect("take the lock");
-                conn.batch_execute(&also)
-                    .expect("change things under the lock");
+                if !also.is_empty() {
+                    conn.batch_execute(&also)
+                        .expect("change things under the lock");
+                }
                 let _ = taken.send(());
                 let _ = wait.recv();
                 conn.batch_execute("COMMIT").expect("release the lock");
