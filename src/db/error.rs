@@ -60,7 +60,7 @@ impl DbError {
     pub fn is_unreachable_or_timed_out(&self) -> bool {
         use diesel::result::DatabaseErrorKind as Kind;
         match self {
-            DbError::Unavailable(_) | DbError::Task => true,
+            DbError::Unavailable(_) => true,
             DbError::Query(diesel::result::Error::DatabaseError(kind, info)) => {
                 matches!(kind, Kind::ClosedConnection | Kind::UnableToSendCommand)
                     || TIMEOUT_MESSAGES.iter().any(|m| info.message().contains(m))
@@ -98,3 +98,44 @@ const TIMEOUT_MESSAGES: [&str; 2] = [
     "canceling statement due to statement timeout",
     "canceling statement due to lock timeout",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use diesel::result::{DatabaseErrorKind as Kind, Error as DieselError};
+
+    fn database_error(kind: Kind, message: &str) -> DbError {
+        DbError::Query(DieselError::DatabaseError(
+            kind,
+            Box::new(message.to_owned()),
+        ))
+    }
+
+    #[test]
+    fn a_timeout_or_a_lost_connection_is_the_databases_state_a_deadlock_is_not() {
+        let timed_out = [
+            database_error(
+                Kind::Unknown,
+                "canceling statement due to statement timeout",
+            ),
+            database_error(Kind::Unknown, "canceling statement due to lock timeout"),
+            database_error(Kind::ClosedConnection, "server closed the connection"),
+            DbError::Unavailable("no connection in time".into()),
+        ];
+        for e in &timed_out {
+            assert!(e.is_unreachable_or_timed_out(), "{e}");
+            assert!(e.is_unavailable(), "{e}");
+        }
+        // Busy, so a lone request answers 503; but the mix of a batch may have caused it.
+        let deadlock = database_error(Kind::Unknown, "deadlock detected");
+        assert!(deadlock.is_unavailable());
+        assert!(!deadlock.is_unreachable_or_timed_out());
+        for e in [
+            database_error(Kind::Unknown, "chorus_send_messages: the arrays describe"),
+            database_error(Kind::UniqueViolation, "duplicate key"),
+            DbError::Task,
+        ] {
+            assert!(!e.is_unreachable_or_timed_out(), "{e}");
+        }
+    }
+}

@@ -53,16 +53,26 @@ pub fn store_together(
     .bind::<Array<Nullable<Text>>, _>(optional(|m| m.ext.as_deref()))
     .bind::<Timestamp, _>(now_utc())
     .load::<Stored>(conn)?;
+    // The statement has committed by now: whatever follows must not fail, or the commit
+    // would go uncounted and its waiters unwoken.
+    if !stored.is_empty() {
+        wakes.record(WakeEvent::MessageSent(group_id.0));
+    }
     let mut rows: Vec<Option<MessageRow>> = vec![None; messages.len()];
     for stored in stored {
         let index = usize::try_from(stored.ordinal - 1)
             .ok()
-            .filter(|i| *i < messages.len())
-            .ok_or_else(|| out_of_range(stored.ordinal))?;
-        rows[index] = Some(messages[index].row(group_id, &stored));
-    }
-    if rows.iter().any(Option::is_some) {
-        wakes.record(WakeEvent::MessageSent(group_id.0));
+            .filter(|i| *i < messages.len());
+        match index {
+            Some(index) => rows[index] = Some(messages[index].row(group_id, &stored)),
+            // Cannot happen; if it did, the message it meant stays None and its sender's
+            // general path answers with what was stored.
+            None => tracing::error!(
+                ordinal = stored.ordinal,
+                sent = messages.len(),
+                "chorus_send_messages answered for a message it was not sent"
+            ),
+        }
     }
     Ok(rows)
 }
@@ -77,15 +87,6 @@ struct Stored {
     stored_msg_id: i64,
     #[diesel(sql_type = Timestamp)]
     stored_at: NaiveDateTime,
-}
-
-/// The function named a message it was not given: the call's transaction has committed, so
-/// this is reported as the query's error rather than a row the caller cannot place.
-fn out_of_range(ordinal: i32) -> diesel::result::Error {
-    diesel::result::Error::DeserializationError(
-        format!("chorus_send_messages answered for message {ordinal}, which it was not sent")
-            .into(),
-    )
 }
 
 impl PlainMessage {

@@ -11,13 +11,13 @@
 //! outcome: a send the statement leaves out (a refusal, a repeat of a `client_msg_id`)
 //! answers None, and its caller takes the general path. When the statement fails, none of
 //! the batch is stored (or, if the connection died during the commit, all may be: a retry
-//! with the same `client_msg_id` finds out); each send of a failed batch then goes alone
-//! through the general path, except when the database was unreachable or timed out, which
-//! every send of the batch hears.
+//! with the same `client_msg_id` finds out). A lone send then hears its error; each send of
+//! a failed batch of several goes alone through the general path, except when the database
+//! was unreachable or timed out, which every send of the batch hears.
 //!
-//! A queued send waits for the batches ahead of it: each is bounded by the pool's and the
-//! statement's timeouts, and takes up to the limit, so a send waits longer than one send's
-//! timeouts only behind more than a batch's worth of others.
+//! A queued send waits for the batch being written when it arrives and for the batches queued
+//! ahead of it, then for its own: each bounded by the pool's and the statement's timeouts
+//! (and, after a failed batch of several, its own transaction on the general path).
 //!
 //! Groups are independent: each has its own task, on its own connection. Another instance's
 //! sends to the same group take the group's lock in turn, so ids stay contiguous.
