@@ -32,14 +32,14 @@ pub struct PlainMessage {
 pub fn store_together(
     conn: &mut PgConnection,
     group_id: GroupId,
-    messages: &[&PlainMessage],
+    messages: &[PlainMessage],
     wakes: &mut Wakes,
 ) -> QueryResult<Vec<Option<MessageRow>>> {
     let column = |field: fn(&PlainMessage) -> &str| -> Vec<&str> {
-        messages.iter().map(|m| field(m)).collect()
+        messages.iter().map(field).collect()
     };
     let optional = |field: fn(&PlainMessage) -> Option<&str>| -> Vec<Option<&str>> {
-        messages.iter().map(|m| field(m)).collect()
+        messages.iter().map(field).collect()
     };
     let stored = diesel::sql_query(
         "SELECT ordinal, stored_msg_id, stored_at \

@@ -132,51 +132,49 @@ async fn drain(inner: Arc<Inner>, group_id: GroupId) {
         let stored = inner
             .db
             .write_one_statement(move |conn, wakes| {
-                let together: Vec<&PlainMessage> = messages.iter().collect();
-                let rows = store_together(conn, group_id, &together, wakes)?;
+                let rows = store_together(conn, group_id, &messages, wakes)?;
                 let writes = rows.iter().filter(|r| r.is_some()).count();
                 Ok((writes, rows))
             })
             .await;
-        match stored {
-            // One row (or None) per message, in the batch's order.
-            Ok(Some(rows)) => {
-                for (answer, row) in answers.into_iter().zip(rows) {
-                    let _ = answer.send(Ok(row));
-                }
-            }
-            Ok(None) => {
-                for answer in answers {
-                    let _ = answer.send(Ok(None));
-                }
-            }
-            // A lone send hears its own error.
-            Err(e) if answers.len() == 1 => {
-                if let Some(answer) = answers.into_iter().next() {
-                    let _ = answer.send(Err(e));
-                }
-            }
-            // The database could not be reached or was too busy for the statement: the sends
-            // alone would fare no better, and each client retries with its `client_msg_id`.
-            Err(e) if e.is_unreachable_or_timed_out() => {
-                for answer in answers {
-                    let _ = answer.send(Err(e.same_for_another_caller()));
-                }
-            }
-            // Anything else may be one send's doing, or the mix's (a deadlock): each goes
-            // alone through the general path, which gives it its own outcome. Nothing of the
-            // batch was stored, or (a connection lost during the commit) all of it, which the
-            // general path then finds by `client_msg_id`.
-            Err(e) => {
-                tracing::warn!(group_id = group_id.0, sends = answers.len(), error = %e,
-                    "a shared send statement failed; its sends go one by one");
-                for answer in answers {
-                    let _ = answer.send(Ok(None));
-                }
-            }
+        let outcomes = outcomes(stored, answers.len(), group_id);
+        for (answer, outcome) in answers.into_iter().zip(outcomes) {
+            let _ = answer.send(outcome);
         }
     }
     ends.early = false;
+}
+
+/// What each send of a batch of `sends` hears, in the batch's order, from what storing it
+/// gave: its row, or None (the general path takes it), or an error.
+fn outcomes(
+    stored: Result<Option<Vec<Option<MessageRow>>>, DbError>,
+    sends: usize,
+    group_id: GroupId,
+) -> Vec<Result<Option<MessageRow>, DbError>> {
+    match stored {
+        Ok(rows) => rows
+            .unwrap_or_else(|| vec![None; sends])
+            .into_iter()
+            .map(Ok)
+            .collect(),
+        // A lone send hears its own error.
+        Err(e) if sends == 1 => vec![Err(e)],
+        // The database could not be reached or was too busy for the statement: the sends
+        // alone would fare no better, and each client retries with its `client_msg_id`.
+        Err(e) if e.is_unreachable_or_timed_out() => (0..sends)
+            .map(|_| Err(e.same_for_another_caller()))
+            .collect(),
+        // Anything else may be one send's doing, or the mix's (a deadlock): each goes alone
+        // through the general path, which gives it its own outcome. Nothing of the batch was
+        // stored, or (a connection lost during the commit) all of it, which the general path
+        // then finds by `client_msg_id`.
+        Err(e) => {
+            tracing::warn!(group_id = group_id.0, sends, error = %e,
+                "a shared send statement failed; its sends go one by one");
+            (0..sends).map(|_| Ok(None)).collect()
+        }
+    }
 }
 
 /// Removes the group's entry if its task ends any other way than by finding its queue empty

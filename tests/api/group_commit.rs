@@ -94,6 +94,19 @@ impl HeldLock {
         HeldLock { release, done }
     }
 
+    /// Runs `writes` while the lock is held for `hold`, then lets go: what `writes` gave, and
+    /// the instant the release was asked for (see [`HeldLock::release`]).
+    async fn release_after<T>(
+        self,
+        hold: Duration,
+        writes: impl std::future::Future<Output = T>,
+    ) -> (T, Instant) {
+        tokio::join!(writes, async {
+            tokio::time::sleep(hold).await;
+            self.release().await
+        })
+    }
+
     /// Lets go and answers, once the lock is gone, with the instant the release was asked
     /// for: no write that needs the lock can commit before it. (The instant the holder's
     /// COMMIT returned would be too late a bound: the database frees the lock before its
@@ -169,13 +182,9 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
 
     let lock = HeldLock::take(&app, group).await;
     let writes = burst();
-    let (answers, release_asked) = tokio::join!(
-        join_all(writes.iter().map(|w| run(&app, group, *w))),
-        async {
-            tokio::time::sleep(HOLD).await;
-            lock.release().await
-        }
-    );
+    let (answers, release_asked) = lock
+        .release_after(HOLD, join_all(writes.iter().map(|w| run(&app, group, *w))))
+        .await;
 
     let mut first_ids = std::collections::HashMap::new();
     for (write, (response, answered)) in writes.iter().zip(&answers) {
@@ -292,16 +301,14 @@ async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
 
     let lock = HeldLock::take(&app, group).await;
     let app_ref = &app;
-    let (sends, _) =
-        tokio::join!(
+    let (sends, _) = lock
+        .release_after(
+            HOLD,
             join_all((0..8).map(|k| async move {
                 app_ref.send("alice", group, &format!("one-{k}"), "x").await
             })),
-            async {
-                tokio::time::sleep(HOLD).await;
-                lock.release().await
-            }
-        );
+        )
+        .await;
     let statuses: Vec<u16> = sends.iter().map(|r| r.status).collect();
     assert_eq!(statuses, vec![201; 8]);
 
@@ -337,10 +344,9 @@ async fn a_send_whose_client_hung_up_before_the_commit_still_wakes_the_waiters(a
     // Bob waits from his cursor; the lock goes and the abandoned send commits.
     let query = format!("?cursor={cursor}&timeout_s=30");
     let asked = Instant::now();
-    let (woken, _) = tokio::join!(app.poll_sync("bob", &query), async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        lock.release().await
-    });
+    let (woken, _) = lock
+        .release_after(Duration::from_millis(300), app.poll_sync("bob", &query))
+        .await;
     assert_eq!(woken.status, 200);
     assert_eq!(
         woken.body["groups"][0]["last_msg_id"], 1,
@@ -364,17 +370,16 @@ async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
     const SENDS: i64 = 21;
     let lock = HeldLock::take(&app, group).await;
     let app_ref = &app;
-    let (sends, _) = tokio::join!(
-        join_all((0..SENDS).map(|k| async move {
-            app_ref
-                .send("alice", group, &format!("four-{k}"), "x")
-                .await
-        })),
-        async {
-            tokio::time::sleep(HOLD).await;
-            lock.release().await
-        }
-    );
+    let (sends, _) = lock
+        .release_after(
+            HOLD,
+            join_all((0..SENDS).map(|k| async move {
+                app_ref
+                    .send("alice", group, &format!("four-{k}"), "x")
+                    .await
+            })),
+        )
+        .await;
     let statuses: Vec<u16> = sends.iter().map(|r| r.status).collect();
     assert_eq!(statuses, vec![201; SENDS as usize]);
     let page = app.list_messages("bob", group, "?after_msg_id=0").await;
@@ -413,16 +418,15 @@ async fn on_postgres_a_failed_shared_statement_fails_all_its_sends_and_stores_no
     // after it; both time out long before the lock goes.
     let lock = HeldLock::take(&app, group).await;
     let app_ref = &app;
-    let (failed, _) = tokio::join!(
-        join_all((0..8).map(|k| async move {
-            let sender = senders[k % 2];
-            app_ref.send(sender, group, &format!("late-{k}"), "x").await
-        })),
-        async {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            lock.release().await
-        }
-    );
+    let (failed, _) = lock
+        .release_after(
+            Duration::from_secs(3),
+            join_all((0..8).map(|k| async move {
+                let sender = senders[k % 2];
+                app_ref.send(sender, group, &format!("late-{k}"), "x").await
+            })),
+        )
+        .await;
     for reply in &failed {
         assert_eq!(reply.status, 503, "{:?}", reply.body);
     }
@@ -464,17 +468,16 @@ async fn messages_committed_together_move_each_senders_cursors_as_if_sent_one_by
     let senders = ["alice", "bob", "carol#phone"];
     let lock = HeldLock::take(&app, group).await;
     let app_ref = &app;
-    let (sends, _) = tokio::join!(
-        join_all((0..9).map(|k| async move {
-            let sender = senders[k % 3];
-            let reply = app_ref.send(sender, group, &format!("t-{k}"), "x").await;
-            (sender, reply)
-        })),
-        async {
-            tokio::time::sleep(HOLD).await;
-            lock.release().await
-        }
-    );
+    let (sends, _) = lock
+        .release_after(
+            HOLD,
+            join_all((0..9).map(|k| async move {
+                let sender = senders[k % 3];
+                let reply = app_ref.send(sender, group, &format!("t-{k}"), "x").await;
+                (sender, reply)
+            })),
+        )
+        .await;
     let mut sender_of = std::collections::BTreeMap::new();
     for (sender, reply) in &sends {
         assert_eq!(reply.status, 201, "{:?}", reply.body);
@@ -515,17 +518,16 @@ async fn a_member_removed_while_their_sends_wait_in_a_batch_has_none_stored(app:
     let removal = format!("DELETE FROM group_members WHERE group_id = {group} AND user_id = 'bob'");
     let lock = HeldLock::take_doing(&app, group, &removal).await;
     let app_ref = &app;
-    let (sends, _) = tokio::join!(
-        join_all((0..12).map(|k| async move {
-            let sender = ["alice", "bob"][k % 2];
-            let reply = app_ref.send(sender, group, &format!("rm-{k}"), "x").await;
-            (sender, reply)
-        })),
-        async {
-            tokio::time::sleep(HOLD).await;
-            lock.release().await
-        }
-    );
+    let (sends, _) = lock
+        .release_after(
+            HOLD,
+            join_all((0..12).map(|k| async move {
+                let sender = ["alice", "bob"][k % 2];
+                let reply = app_ref.send(sender, group, &format!("rm-{k}"), "x").await;
+                (sender, reply)
+            })),
+        )
+        .await;
     for (sender, reply) in &sends {
         let expected = if *sender == "alice" { 201 } else { 403 };
         assert_eq!(reply.status, expected, "{sender}: {:?}", reply.body);
@@ -570,19 +572,18 @@ async fn a_send_that_fails_the_database_fails_alone_and_the_others_of_its_batch_
     };
     let lock = HeldLock::take_doing(&app, group, &poison).await;
     let app_ref = &app;
-    let (sends, _) = tokio::join!(
-        join_all((0..8).map(|k| async move {
-            let content = if k == 4 { "poison" } else { "clean" };
-            let sender = ["alice", "bob"][k % 2];
-            app_ref
-                .send(sender, group, &format!("p-{k}"), content)
-                .await
-        })),
-        async {
-            tokio::time::sleep(HOLD).await;
-            lock.release().await
-        }
-    );
+    let (sends, _) = lock
+        .release_after(
+            HOLD,
+            join_all((0..8).map(|k| async move {
+                let content = if k == 4 { "poison" } else { "clean" };
+                let sender = ["alice", "bob"][k % 2];
+                app_ref
+                    .send(sender, group, &format!("p-{k}"), content)
+                    .await
+            })),
+        )
+        .await;
     for (k, reply) in sends.iter().enumerate() {
         let expected = if k == 4 { 500 } else { 201 };
         assert_eq!(reply.status, expected, "send {k}: {:?}", reply.body);
