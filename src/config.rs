@@ -287,11 +287,11 @@ pub struct Settings {
     #[arg(skip = true)]
     pub announce_wakes: bool,
 
-    /// Whether PostgreSQL stores a plain message with one statement (see `db::plain_send`).
-    /// Not a flag: always on for a server. Benches turn it off to measure the general path
-    /// side by side.
+    /// Whether PostgreSQL stores a plain message and applies an ack with one statement (see
+    /// `db::plain_send` and `db::ack_statement`). Not a flag: always on for a server. Benches
+    /// turn it off to measure the general path side by side.
     #[arg(skip = true)]
-    pub one_statement_sends: bool,
+    pub one_statement_writes: bool,
 }
 
 impl Settings {
@@ -333,7 +333,7 @@ impl Settings {
             log: defaults::LOG.into(),
             log_backtraces: defaults::LOG_BACKTRACES,
             announce_wakes: true,
-            one_statement_sends: true,
+            one_statement_writes: true,
         }
     }
 
@@ -364,7 +364,7 @@ impl Settings {
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
             sqlite_write_batch: self.sqlite_write_batch as usize,
             sqlite_cache_kib: self.sqlite_cache_kib,
-            one_statement_writes: self.one_statement_sends,
+            one_statement_writes: self.one_statement_writes,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::extract::AuthUser;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::access::Refusal;
+use crate::db::ack_statement;
 use crate::db::cursors::{self, AckRequest, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
@@ -95,6 +96,49 @@ async fn apply(
     requests: Vec<AckRequest>,
     batch: bool,
 ) -> Result<Vec<CursorState>, ApiError> {
+    let states = match acked_in_one_statement(state, user, &requests).await? {
+        Some(states) => states,
+        None => acked_by_the_general_path(state, user, requests, batch).await?,
+    };
+    let moved = states.iter().filter(|s| s.receipts_changed).count();
+    state.metrics.acks.inc_by(moved as u64);
+    Ok(states)
+}
+
+/// The acks applied by one statement (PostgreSQL): None when they were not, because the
+/// engine has no such path or only the general path can answer (a refusal, a group named
+/// twice). A statement that failed stored nothing, so the general path tries again, unless
+/// the database is out of reach or out of time, which it would be for that path too.
+async fn acked_in_one_statement(
+    state: &AppState,
+    user: &AuthUser,
+    requests: &[AckRequest],
+) -> Result<Option<Vec<CursorState>>, ApiError> {
+    let (caller, requests) = (user.clone(), requests.to_vec());
+    let acked = state
+        .db
+        .write_one_statement(move |conn, wakes| {
+            ack_statement::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
+        })
+        .await;
+    match acked {
+        Ok(states) => Ok(states.flatten()),
+        Err(e) if e.is_unreachable_or_timed_out() => Err(e.into()),
+        Err(e) => {
+            // A deadlock with another writer, say, or a membership removed meanwhile.
+            tracing::debug!(error = %e, "the ack statement failed; the general path answers");
+            Ok(None)
+        }
+    }
+}
+
+/// The acks in a transaction that decides every refusal.
+async fn acked_by_the_general_path(
+    state: &AppState,
+    user: &AuthUser,
+    requests: Vec<AckRequest>,
+    batch: bool,
+) -> Result<Vec<CursorState>, ApiError> {
     let caller = user.clone();
     let outcome = state
         .db
@@ -102,12 +146,9 @@ async fn apply(
             cursors::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
         })
         .await?;
-    let states = outcome.map_err(|refusal| match refusal {
+    outcome.map_err(|refusal| match refusal {
         // One group's ack: its refusal needs no position.
         Refusal::InBatch { refusal, .. } if !batch => ApiError::from(*refusal),
         refusal => ApiError::from(refusal),
-    })?;
-    let moved = states.iter().filter(|s| s.receipts_changed).count();
-    state.metrics.acks.inc_by(moved as u64);
-    Ok(states)
+    })
 }

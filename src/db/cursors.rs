@@ -24,6 +24,16 @@ pub struct AckRequest {
     pub last_read_msg_id: Option<i64>,
 }
 
+impl AckRequest {
+    /// Where the ack moves the acking device's delivered cursor and the read cursor: reading
+    /// implies delivery to this device, and an ack that does not say what was read means
+    /// everything it delivers was read.
+    pub fn targets(&self) -> (i64, i64) {
+        let read_to = self.last_read_msg_id.unwrap_or(self.last_ack_msg_id);
+        (self.last_ack_msg_id.max(read_to), read_to)
+    }
+}
+
 /// A member's position after an ack, as the acking device sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct CursorState {
@@ -247,11 +257,10 @@ impl AckPlan {
     }
 }
 
-/// Where one ack moves the caller's cursors: reading implies delivery to this device, and an
-/// ack that does not say what was read means everything it delivers was read.
+/// Where one ack moves the caller's cursors ([`AckRequest::targets`]), unless beyond the
+/// group's last message.
 fn targets(request: &AckRequest, membership: &Membership) -> Result<(i64, i64), Refusal> {
-    let read_to = request.last_read_msg_id.unwrap_or(request.last_ack_msg_id);
-    let ack_to = request.last_ack_msg_id.max(read_to);
+    let (ack_to, read_to) = request.targets();
     let last_msg_id = membership.group.last_msg_id;
     if ack_to > last_msg_id {
         return Err(Refusal::AckBeyondLastMessage {

@@ -241,6 +241,13 @@ struct AckedTo {
     last_ack_msg_id: i64,
 }
 
+/// What an insert into `device_cursors` does with a row that exists: moves its cursor
+/// forward, never backwards.
+pub(super) const DEVICE_CURSOR_FORWARD: &str = " ON CONFLICT (group_id, user_id, device_id) \
+     DO UPDATE SET last_ack_msg_id = \
+       CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
+            THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END";
+
 /// Moves a named device's delivered cursor in each group to at least the given id, creating
 /// its row on the first ack; never backwards. One statement; rows are written (and on
 /// PostgreSQL locked) in the order of `moves`. Returns each group's cursor after the move.
@@ -268,12 +275,8 @@ pub fn advance_devices(
             .sql(")");
     }
     let acked: Vec<AckedTo> = query
-        .sql(
-            " ON CONFLICT (group_id, user_id, device_id) DO UPDATE SET last_ack_msg_id = \
-               CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
-                    THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END \
-             RETURNING group_id, last_ack_msg_id",
-        )
+        .sql(DEVICE_CURSOR_FORWARD)
+        .sql(" RETURNING group_id, last_ack_msg_id")
         .load(conn)?;
     Ok(acked
         .into_iter()

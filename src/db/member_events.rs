@@ -18,7 +18,7 @@ pub enum MemberEventKind {
 }
 
 impl MemberEventKind {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             MemberEventKind::Read => "read",
             MemberEventKind::Joined => "joined",

@@ -227,10 +227,34 @@ fn move_if_at(column: &str, from: i64, to: i64) -> SqlLiteral<BigInt> {
     ))
 }
 
-/// Moves one member's cursors forward in each of several groups, in one statement, so racing
-/// acks cannot lower each other and the count of their own messages above the read cursor
-/// moves with the cursor (the sender index bounds that count to their own messages in the
-/// range the cursor passes). Returns the cursors after the move by group; a group whose
+/// `UPDATE group_members SET …`: the one rule for moving a member's cursors forward, given
+/// SQL for where each goes (integers, or columns of a joined table whose names differ from
+/// the membership row's). Racing moves cannot lower each other, and the count of the
+/// member's own messages above the read cursor moves with the cursor (the sender index
+/// bounds that count to their own messages in the range the cursor passes). SET expressions
+/// all see the row as it was before the update, on both engines; an ack_to of 0 never moves
+/// a cursor, which is at least 0.
+pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str) -> String {
+    format!(
+        "UPDATE group_members SET \
+           last_ack_msg_id = CASE WHEN last_ack_msg_id < {ack_to} THEN {ack_to} \
+             ELSE last_ack_msg_id END, \
+           own_msgs_after_read = CASE WHEN last_read_msg_id < {read_to} \
+             THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
+               WHERE m.group_id = group_members.group_id \
+                 AND m.sender_id = group_members.user_id AND m.kind = 'message' \
+                 AND m.msg_id > group_members.last_read_msg_id \
+                 AND m.msg_id <= {read_to}) \
+             ELSE own_msgs_after_read END, \
+           last_read_msg_id = CASE WHEN last_read_msg_id < {read_to} THEN {read_to} \
+             ELSE last_read_msg_id END, \
+           delivered_msg_id = CASE WHEN delivered_msg_id < {delivered_to} \
+             THEN {delivered_to} ELSE delivered_msg_id END"
+    )
+}
+
+/// Moves one member's cursors forward in each of several groups, in one statement, by
+/// [`advance_member_sql`]'s rule. Returns the cursors after the move by group; a group whose
 /// membership row is gone (removed since it was read) is missing.
 ///
 /// On PostgreSQL the rows are locked first, in group order, like every write that touches
@@ -243,32 +267,12 @@ pub fn advance_members(
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    // SET expressions all see the row as it was before the update, on both engines; an
-    // ack_to of 0 never moves a cursor, which is at least 0.
-    let set = |ack_to: &str, read_to: &str, delivered_to: &str| {
-        format!(
-            "UPDATE group_members SET \
-               last_ack_msg_id = CASE WHEN last_ack_msg_id < {ack_to} THEN {ack_to} \
-                 ELSE last_ack_msg_id END, \
-               own_msgs_after_read = CASE WHEN last_read_msg_id < {read_to} \
-                 THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
-                   WHERE m.group_id = group_members.group_id \
-                     AND m.sender_id = group_members.user_id AND m.kind = 'message' \
-                     AND m.msg_id > group_members.last_read_msg_id \
-                     AND m.msg_id <= {read_to}) \
-                 ELSE own_msgs_after_read END, \
-               last_read_msg_id = CASE WHEN last_read_msg_id < {read_to} THEN {read_to} \
-                 ELSE last_read_msg_id END, \
-               delivered_msg_id = CASE WHEN delivered_msg_id < {delivered_to} \
-                 THEN {delivered_to} ELSE delivered_msg_id END"
-        )
-    };
     let query = if let [(group_id, to)] = moves {
         // One group (the ack of one group): by key, its integers written into the text. The
         // join to a one-row table made single acks about a quarter slower on SQLite.
         let (ack, read, delivered) = (to.default_ack_to, to.read_to, to.delivered_to);
         RawSql::default()
-            .sql(&set(
+            .sql(&advance_member_sql(
                 &ack.to_string(),
                 &read.to_string(),
                 &delivered.to_string(),
@@ -283,7 +287,11 @@ pub fn advance_members(
             .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
             .collect();
         RawSql::default()
-            .sql(&set("t.ack_to", "t.read_to", "t.delivered_to"))
+            .sql(&advance_member_sql(
+                "t.ack_to",
+                "t.read_to",
+                "t.delivered_to",
+            ))
             .sql(" FROM ")
             .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
             .sql(" WHERE group_members.group_id = t.g")

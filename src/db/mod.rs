@@ -8,6 +8,7 @@
 //! so no caller decides wake-ups a second time.
 
 pub mod access;
+pub mod ack_statement;
 pub mod announce;
 pub mod changes;
 pub mod chat_list;

@@ -35,9 +35,8 @@ pub fn store_together(
     messages: &[PlainMessage],
     wakes: &mut Wakes,
 ) -> QueryResult<Vec<Option<MessageRow>>> {
-    let column = |field: fn(&PlainMessage) -> &str| -> Vec<&str> {
-        messages.iter().map(field).collect()
-    };
+    let column =
+        |field: fn(&PlainMessage) -> &str| -> Vec<&str> { messages.iter().map(field).collect() };
     let optional = |field: fn(&PlainMessage) -> Option<&str>| -> Vec<Option<&str>> {
         messages.iter().map(field).collect()
     };

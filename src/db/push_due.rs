@@ -222,6 +222,14 @@ pub fn mark_told(
     Ok(())
 }
 
+/// `LOWER_BADGES <table t of (g, unread)> LOWER_BADGES_OF_DEVICE <device id>`: lowers the
+/// unread count a device was last told of by push in each group `t` names to the group's
+/// unread count, where it was higher.
+pub(super) const LOWER_BADGES: &str =
+    "UPDATE push_group_state SET notified_unread = t.unread FROM ";
+pub(super) const LOWER_BADGES_OF_DEVICE: &str = " WHERE push_group_state.group_id = t.g \
+     AND push_group_state.notified_unread > t.unread AND push_group_state.device_id = ";
+
 /// After the device itself moved its user's read cursor in these groups: it knows each
 /// group's new unread count, so lowering its badge by push would only repeat it. One update,
 /// of no row for devices without a push target.
@@ -240,11 +248,10 @@ pub fn note_reads_on_device(
         .map(|&(group_id, unread)| vec![group_id.0, unread])
         .collect();
     RawSql::default()
-        .sql("UPDATE push_group_state SET notified_unread = t.unread FROM ")
+        .sql(LOWER_BADGES)
         .int_rows("t", &["g", "unread"], &rows)
-        .sql(" WHERE push_group_state.device_id = ")
+        .sql(LOWER_BADGES_OF_DEVICE)
         .text(device_id)
-        .sql(" AND push_group_state.group_id = t.g AND push_group_state.notified_unread > t.unread")
         .execute(conn)
         .map(|_| ())
 }

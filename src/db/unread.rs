@@ -63,6 +63,10 @@ impl UnreadInputs {
     }
 }
 
+/// [`UnreadInputs::unread_count`] in SQL (PostgreSQL) over columns named as its fields.
+pub const UNREAD_OF_INPUTS: &str = "GREATEST(0, last_msg_id - last_read_msg_id \
+     - own_msgs_after_read - not_counted_above_read)";
+
 /// The SQL of a membership's unread count, for sums and filters over `group_members` joined
 /// with `groups`.
 pub fn unread_sql() -> String {

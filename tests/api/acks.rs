@@ -2,8 +2,9 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::TestApp;
-use crate::on_both_engines;
+use crate::helpers::{spawn_app, TestApp};
+use crate::support::engine::Engine;
+use crate::{on_both_engines, on_postgres};
 
 on_both_engines!(
     ack_never_moves_cursor_backwards,
@@ -14,6 +15,13 @@ on_both_engines!(
     non_member_cannot_ack,
     a_login_sync_leaves_every_group_as_acking_them_one_by_one_would,
     a_login_sync_of_the_most_groups_allowed_acks_them_all,
+    a_users_devices_acking_the_same_groups_in_opposite_orders_at_once_all_succeed,
+    an_acks_answer_counts_what_is_left_as_the_chat_list_does,
+);
+
+on_postgres!(
+    on_postgres_an_ack_is_one_statement_that_writes_all_its_effects,
+    on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_the_general_path,
 );
 
 async fn ack_never_moves_cursor_backwards(app: TestApp) {
@@ -160,6 +168,16 @@ async fn ack_many_is_all_or_nothing(app: TestApp) {
             ]}),
         )
         .await;
+    let g2 = app.group_with("alice", &["bob"]).await;
+    let beyond_in_another_group = app
+        .ack_many(
+            "bob",
+            json!({"acks": [
+                {"group_id": g1, "last_ack_msg_id": 1},
+                {"group_id": g2, "last_ack_msg_id": 1}
+            ]}),
+        )
+        .await;
     let empty = app.ack_many("bob", json!({"acks": []})).await;
 
     assert_eq!(not_member.status, 403);
@@ -169,12 +187,26 @@ async fn ack_many_is_all_or_nothing(app: TestApp) {
         .starts_with("acks[1]"));
     assert_eq!(missing.status, 404);
     assert_eq!(beyond.status, 422);
+    assert_eq!(beyond_in_another_group.status, 422);
+    assert!(beyond_in_another_group.body["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("acks[1]")));
     assert_eq!(empty.status, 400);
     let mine = app.my_groups("bob", "").await;
+    let row = |group_id: i64| {
+        let groups = mine.body["groups"].as_array().expect("groups");
+        groups
+            .iter()
+            .find(|g| g["group_id"] == group_id)
+            .cloned()
+            .expect("bob's group")
+    };
     assert_eq!(
-        mine.body["groups"][0]["last_ack_msg_id"], 0,
+        row(g1)["last_ack_msg_id"],
+        0,
         "the first ack rolled back with the batch"
     );
+    assert_eq!(row(g2)["last_ack_msg_id"], 0);
 }
 
 async fn non_member_cannot_ack(app: TestApp) {
@@ -260,6 +292,7 @@ fn without_group_id(mut value: Value) -> Value {
 async fn a_login_sync_leaves_every_group_as_acking_them_one_by_one_would(app: TestApp) {
     let bobs = five_groups_for(&app, "bob").await;
     let daves = five_groups_for(&app, "dave").await;
+    let erins = five_groups_for(&app, "erin").await;
 
     // Bob's phone acks everything in one request; Dave's phone sends the same acks one by one.
     let batch = app
@@ -275,8 +308,30 @@ async fn a_login_sync_leaves_every_group_as_acking_them_one_by_one_would(app: Te
         one_by_one.push(r.body);
     }
 
+    // Erin's phone sends the same acks in two requests, each naming a group once (on
+    // PostgreSQL, one statement each; a batch naming a group twice takes the general path).
+    let mut erins_acks = login_sync(&erins);
+    let second = erins_acks.split_off(5);
+    let first = app
+        .ack_many("erin#erin-phone", json!({ "acks": erins_acks }))
+        .await;
+    let then = app
+        .ack_many("erin#erin-phone", json!({ "acks": second }))
+        .await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(then.status, 200, "{:?}", then.body);
+    let mut in_two = first.body["results"].as_array().expect("results").clone();
+    in_two.extend(then.body["results"].as_array().expect("results").clone());
+
     let results = batch.body["results"].as_array().expect("results").clone();
     assert_eq!(results.len(), 6, "one answer per ack, in request order");
+    for (i, (b, e)) in results.iter().zip(&in_two).enumerate() {
+        assert_eq!(
+            without_group_id(b.clone()),
+            without_group_id(e.clone()),
+            "acks[{i}]: the batches without a repeat answer as the batch with one"
+        );
+    }
     for (i, (b, d)) in results.iter().zip(&one_by_one).enumerate() {
         assert_eq!(
             b["group_id"],
@@ -317,21 +372,25 @@ async fn a_login_sync_leaves_every_group_as_acking_them_one_by_one_would(app: Te
         };
         let bob = app.my_groups(&caller("bob"), "").await;
         let dave = app.my_groups(&caller("dave"), "").await;
+        let erin = app.my_groups(&caller("erin"), "").await;
         let rows = |r: &crate::helpers::TestResponse| -> Vec<Value> {
             let groups = r.body["groups"].as_array().expect("groups").clone();
             groups.into_iter().map(without_group_id).collect()
         };
         assert_eq!(rows(&bob), rows(&dave), "bob{device} and dave{device}");
+        assert_eq!(rows(&bob), rows(&erin), "bob{device} and erin{device}");
     }
-    for (&b, &d) in bobs.iter().zip(&daves) {
+    for ((&b, &d), &e) in bobs.iter().zip(&daves).zip(&erins) {
         for msg_id in 1..=2 {
             let of_bob = app.message_receipts("alice", b, msg_id, "").await;
-            let of_dave = app.message_receipts("alice", d, msg_id, "").await;
-            assert_eq!(of_bob.body["read_count"], of_dave.body["read_count"]);
-            assert_eq!(
-                of_bob.body["delivered_count"],
-                of_dave.body["delivered_count"]
-            );
+            for other in [d, e] {
+                let of_other = app.message_receipts("alice", other, msg_id, "").await;
+                assert_eq!(of_bob.body["read_count"], of_other.body["read_count"]);
+                assert_eq!(
+                    of_bob.body["delivered_count"],
+                    of_other.body["delivered_count"]
+                );
+            }
         }
     }
 }
@@ -360,4 +419,345 @@ async fn a_login_sync_of_the_most_groups_allowed_acks_them_all(app: TestApp) {
     assert!(too_many.body["error"]["message"]
         .as_str()
         .is_some_and(|m| m.starts_with("acks:") && m.contains("500")));
+}
+
+async fn a_users_devices_acking_the_same_groups_in_opposite_orders_at_once_all_succeed(
+    app: TestApp,
+) {
+    // Two writers locking the same rows in opposite orders would deadlock; every write that
+    // touches several groups locks them in group order instead.
+    let mut groups = Vec::new();
+    for _ in 0..4 {
+        groups.push(app.group_with("alice", &["bob"]).await);
+    }
+    let rounds = 8;
+    for &g in &groups {
+        for k in 0..rounds {
+            app.send_ok("alice", g, &format!("m{k}")).await;
+        }
+    }
+    let acks_to = |msg_id: i64, order: &[i64]| {
+        let acks: Vec<Value> = order
+            .iter()
+            .map(|g| json!({"group_id": g, "last_ack_msg_id": msg_id}))
+            .collect();
+        json!({ "acks": acks })
+    };
+    let reversed: Vec<i64> = groups.iter().rev().copied().collect();
+    for msg_id in 1..=rounds {
+        let (phone, laptop, single) = tokio::join!(
+            app.ack_many("bob#bob-phone", acks_to(msg_id, &groups)),
+            app.ack_many("bob#bob-laptop", acks_to(msg_id, &reversed)),
+            app.ack("bob", groups[2], json!({"last_ack_msg_id": msg_id})),
+        );
+        for (who, r) in [("phone", &phone), ("laptop", &laptop), ("default", &single)] {
+            assert_eq!(r.status, 200, "round {msg_id}, {who}: {:?}", r.body);
+        }
+        for result in phone.body["results"].as_array().expect("results") {
+            assert_eq!(result["last_ack_msg_id"], msg_id, "the phone's own cursor");
+            assert_eq!(result["last_read_msg_id"], msg_id, "never behind this ack");
+        }
+    }
+    let mine = app.my_groups("bob#bob-laptop", "").await;
+    let rows = mine.body["groups"].as_array().expect("groups");
+    assert_eq!(rows.len(), groups.len());
+    for row in rows {
+        assert_eq!(row["last_read_msg_id"], rounds);
+        assert_eq!(row["last_ack_msg_id"], rounds);
+        assert_eq!(row["unread_count"], 0);
+    }
+    for &g in &groups {
+        let receipts = app.message_receipts("alice", g, rounds, "").await;
+        assert_eq!(receipts.body["read_count"], 1);
+    }
+}
+
+/// A trigger of the test's own notes every row written to the tables an ack writes: the
+/// table, the transaction, and the statement the client sent that wrote it.
+const NOTE_WRITES: &str = "CREATE TABLE ack_writes (tbl text, tx bigint, stmt text); \
+     CREATE FUNCTION note_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+       INSERT INTO ack_writes VALUES (TG_TABLE_NAME, txid_current(), md5(current_query())); \
+       RETURN NULL; END $$; \
+     CREATE TRIGGER note_write AFTER UPDATE ON group_members \
+       FOR EACH ROW EXECUTE FUNCTION note_write(); \
+     CREATE TRIGGER note_write AFTER INSERT OR UPDATE ON device_cursors \
+       FOR EACH ROW EXECUTE FUNCTION note_write(); \
+     CREATE TRIGGER note_write AFTER INSERT ON receipt_events \
+       FOR EACH ROW EXECUTE FUNCTION note_write(); \
+     CREATE TRIGGER note_write AFTER INSERT ON member_events \
+       FOR EACH ROW EXECUTE FUNCTION note_write();";
+
+/// The writes noted since the last call: the tables written, sorted, and how many
+/// transactions and how many statements wrote them.
+#[derive(Debug, PartialEq)]
+struct Writes {
+    tables: Vec<String>,
+    transactions: usize,
+    statements: usize,
+}
+
+async fn writes_since(app: &TestApp) -> Writes {
+    let tables = app
+        .postgres_values("SELECT tbl AS value FROM ack_writes ORDER BY tbl")
+        .await;
+    let count = |query: &'static str| async move {
+        let values = app.postgres_values(query).await;
+        values
+            .first()
+            .and_then(|n| n.parse().ok())
+            .expect("a count")
+    };
+    let transactions = count("SELECT count(DISTINCT tx)::text AS value FROM ack_writes").await;
+    let statements =
+        count("SELECT count(DISTINCT (tx, stmt))::text AS value FROM ack_writes").await;
+    app.run_postgres_sql("DELETE FROM ack_writes").await;
+    Writes {
+        tables,
+        transactions,
+        statements,
+    }
+}
+
+/// Writes to `tables` by one statement.
+fn in_one_statement(tables: &[&str]) -> Writes {
+    let mut tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
+    tables.sort();
+    Writes {
+        transactions: usize::from(!tables.is_empty()),
+        statements: usize::from(!tables.is_empty()),
+        tables,
+    }
+}
+
+async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
+    let app = spawn_app(Engine::Postgres).await;
+    let mut groups = Vec::new();
+    for _ in 0..3 {
+        let g = app.group_with("alice", &["bob"]).await;
+        app.send_ok("alice", g, "one").await;
+        app.send_ok("alice", g, "two").await;
+        groups.push(g);
+    }
+    app.run_postgres_sql(NOTE_WRITES).await;
+
+    // One group, from a phone: the member's cursors, the phone's cursor, a receipt change
+    // for the sender, a read event for bob's other devices.
+    let r = app
+        .ack(
+            "bob#bob-phone",
+            groups[0],
+            json!({"last_ack_msg_id": 2, "last_read_msg_id": 1}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        (&r.body["last_ack_msg_id"], &r.body["last_read_msg_id"]),
+        (&json!(2), &json!(1))
+    );
+    assert_eq!(r.body["unread_count"], 1);
+    let effects = [
+        "device_cursors",
+        "group_members",
+        "member_events",
+        "receipt_events",
+    ];
+    assert_eq!(writes_since(&app).await, in_one_statement(&effects));
+
+    // Several groups in one request: still one statement.
+    let batch = app
+        .ack_many(
+            "bob#bob-phone",
+            json!({"acks": [
+                {"group_id": groups[2], "last_ack_msg_id": 2},
+                {"group_id": groups[1], "last_ack_msg_id": 2}
+            ]}),
+        )
+        .await;
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    let twice: Vec<&str> = effects.iter().flat_map(|t| [*t, *t]).collect();
+    assert_eq!(writes_since(&app).await, in_one_statement(&twice));
+    let results = batch.body["results"].as_array().expect("results");
+    assert_eq!(results[0]["group_id"], groups[2], "in request order");
+    assert!(results.iter().all(|r| r["unread_count"] == 0));
+
+    // The default device reads the rest: no device cursor to move.
+    let r = app
+        .ack("bob", groups[0], json!({"last_ack_msg_id": 2}))
+        .await;
+    assert_eq!(r.body["unread_count"], 0);
+    assert_eq!(
+        writes_since(&app).await,
+        in_one_statement(&["group_members", "member_events", "receipt_events"])
+    );
+
+    // An ack that moves nothing writes nothing; a refused one writes nothing either.
+    let again = app
+        .ack("bob", groups[0], json!({"last_ack_msg_id": 2}))
+        .await;
+    assert_eq!(
+        (again.status, &again.body["last_read_msg_id"]),
+        (200, &json!(2))
+    );
+    let beyond = app
+        .ack("bob", groups[0], json!({"last_ack_msg_id": 3}))
+        .await;
+    assert_eq!(beyond.status, 422);
+    assert_eq!(writes_since(&app).await, in_one_statement(&[]));
+
+    // A batch naming a group twice takes the general path, one transaction of several
+    // statements; the notes tell the two apart.
+    app.send_ok("alice", groups[1], "three").await;
+    writes_since(&app).await;
+    let repeat = app
+        .ack_many(
+            "bob#bob-laptop",
+            json!({"acks": [
+                {"group_id": groups[1], "last_ack_msg_id": 3, "last_read_msg_id": 2},
+                {"group_id": groups[1], "last_ack_msg_id": 3}
+            ]}),
+        )
+        .await;
+    assert_eq!(repeat.status, 200, "{:?}", repeat.body);
+    assert_eq!(repeat.body["results"][1]["last_read_msg_id"], 3);
+    let writes = writes_since(&app).await;
+    assert_eq!(writes.transactions, 1, "{writes:?}");
+    assert!(writes.statements > 1, "{writes:?}");
+}
+
+/// The test's trigger refuses a receipt change written by a statement that also moves a
+/// member's cursors (as the one-statement ack does, and no statement of the general path),
+/// counting each refusal in a sequence (which no rollback undoes), with the message and code
+/// of its one-row table.
+const REFUSE_LONE_STATEMENTS: &str = "CREATE SEQUENCE lone_refusals; \
+     CREATE TABLE refuse_as (message text, code text); \
+     INSERT INTO refuse_as VALUES ('refused by the test', 'P0001'); \
+     CREATE FUNCTION refuse_lone() RETURNS trigger LANGUAGE plpgsql AS $$ \
+       DECLARE how refuse_as%ROWTYPE; BEGIN \
+         IF current_query() ILIKE '%UPDATE group_members%' THEN \
+           PERFORM nextval('lone_refusals'); \
+           SELECT * INTO how FROM refuse_as; \
+           RAISE EXCEPTION USING MESSAGE = how.message, ERRCODE = how.code; \
+         END IF; \
+         RETURN NEW; END $$; \
+     CREATE TRIGGER refuse_lone BEFORE INSERT ON receipt_events \
+       FOR EACH ROW EXECUTE FUNCTION refuse_lone();";
+
+async fn lone_refusals(app: &TestApp) -> Vec<String> {
+    app.postgres_values(
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END::text AS value \
+         FROM lone_refusals",
+    )
+    .await
+}
+
+async fn on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_the_general_path() {
+    let app = spawn_app(Engine::Postgres).await;
+    let group = app.group_with("alice", &["bob"]).await;
+    app.send_ok("alice", group, "one").await;
+    app.send_ok("alice", group, "two").await;
+    app.run_postgres_sql(REFUSE_LONE_STATEMENTS).await;
+
+    // As a deadlock or a constraint might: the one statement fails, the general path acks.
+    let r = app
+        .ack(
+            "bob#bob-phone",
+            group,
+            json!({"last_ack_msg_id": 2, "last_read_msg_id": 1}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.body["last_read_msg_id"], 1);
+    assert_eq!(
+        lone_refusals(&app).await,
+        vec!["1"],
+        "the statement was tried"
+    );
+    let receipts = app.message_receipts("alice", group, 1, "").await;
+    assert_eq!(receipts.body["read_count"], 1);
+    let changes = app
+        .postgres_values(
+            "SELECT count(*)::text AS value FROM receipt_events WHERE reader_id = 'bob'",
+        )
+        .await;
+    assert_eq!(changes, vec!["1"], "the receipt change recorded once");
+
+    // A statement that runs out of time would for the general path too: 503, nothing moved.
+    app.run_postgres_sql(
+        "UPDATE refuse_as SET message = 'canceling statement due to statement timeout', \
+         code = '57014'",
+    )
+    .await;
+    let timed_out = app
+        .ack("bob#bob-phone", group, json!({"last_ack_msg_id": 2}))
+        .await;
+    assert_eq!(timed_out.status, 503, "{:?}", timed_out.body);
+    assert_eq!(lone_refusals(&app).await, vec!["2"]);
+    let mine = app.my_groups("bob#bob-phone", "").await;
+    assert_eq!(
+        mine.body["groups"][0]["last_read_msg_id"], 1,
+        "nothing moved"
+    );
+
+    // The client retries once the database is back.
+    app.run_postgres_sql("DROP TRIGGER refuse_lone ON receipt_events")
+        .await;
+    let retried = app
+        .ack("bob#bob-phone", group, json!({"last_ack_msg_id": 2}))
+        .await;
+    assert_eq!(retried.status, 200, "{:?}", retried.body);
+    assert_eq!(retried.body["last_read_msg_id"], 2);
+    assert_eq!(retried.body["unread_count"], 0);
+}
+
+/// What an ack answers about what is left above the new read cursor: change entries never
+/// count as unread, the member's own messages neither, and mentions of them (by name or of
+/// everyone) count once each. The answer agrees with the chat list, for an ack of one group
+/// and for a batch.
+async fn an_acks_answer_counts_what_is_left_as_the_chat_list_does(app: TestApp) {
+    let mut groups = Vec::new();
+    for _ in 0..2 {
+        let g = app.group_with("alice", &["bob"]).await;
+        app.send_ok("alice", g, "one").await;
+        app.send_ok("alice", g, "two").await;
+        app.change("alice", g, "edit", 1, Some("one, edited")).await;
+        app.send_ok("bob", g, "mine").await;
+        let named = json!({"content": "@bob look", "mentions": ["bob"]});
+        assert_eq!(app.send_entry("alice", g, named).await.status, 201);
+        let everyone = json!({"content": "@all look", "mention_all": true});
+        assert_eq!(app.send_entry("alice", g, everyone).await.status, 201);
+        app.send_ok("alice", g, "seven").await;
+        groups.push(g);
+    }
+    // Read through 2, delivered through 7: above the read cursor are the edit (3), bob's own
+    // message (4), two mentions (5, 6) and a plain message (7).
+    let one = app
+        .ack(
+            "bob#bob-phone",
+            groups[0],
+            json!({"last_ack_msg_id": 7, "last_read_msg_id": 2}),
+        )
+        .await;
+    let batch = app
+        .ack_many(
+            "bob#bob-phone",
+            json!({"acks": [{"group_id": groups[1], "last_ack_msg_id": 7, "last_read_msg_id": 2}]}),
+        )
+        .await;
+    assert_eq!(one.status, 200, "{:?}", one.body);
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    let list = app.my_groups("bob#bob-phone", "").await;
+    for (group, answer) in groups.iter().zip([&one.body, &batch.body["results"][0]]) {
+        assert_eq!(answer["unread_count"], 3, "5, 6 and 7");
+        assert_eq!(answer["unread_mention_count"], 2, "5 and 6");
+        assert_eq!(answer["last_ack_msg_id"], 7);
+        let row = list.body["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .find(|g| g["group_id"] == *group)
+            .cloned()
+            .expect("the group in bob's list");
+        assert_eq!(row["unread_count"], answer["unread_count"]);
+        assert_eq!(row["unread_mention_count"], answer["unread_mention_count"]);
+    }
 }

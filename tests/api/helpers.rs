@@ -306,3 +306,45 @@ impl TestApp {
         names.iter().map(|name| value(name)).collect()
     }
 }
+
+/// A value a test reads back from PostgreSQL: the query names its one column `value`.
+#[derive(diesel::QueryableByName)]
+struct SqlValue {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+impl TestApp {
+    /// PostgreSQL only: runs `sql` (one or more statements) on the test's database, on a
+    /// connection of its own, as an operator or a test's own trigger would.
+    pub async fn run_postgres_sql(&self, sql: &str) {
+        use diesel::connection::SimpleConnection;
+        use diesel::Connection;
+        let (url, sql) = (self.database_url.clone(), sql.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
+            conn.batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("run {sql}: {e}"));
+        })
+        .await
+        .expect("SQL task");
+    }
+
+    /// PostgreSQL only: the rows of `query`, whose one column is text named `value`.
+    pub async fn postgres_values(&self, query: &str) -> Vec<String> {
+        use diesel::prelude::*;
+        use diesel::Connection;
+        let (url, query) = (self.database_url.clone(), query.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
+            diesel::sql_query(&query)
+                .load::<SqlValue>(&mut conn)
+                .unwrap_or_else(|e| panic!("run {query}: {e}"))
+                .into_iter()
+                .map(|row| row.value)
+                .collect()
+        })
+        .await
+        .expect("SQL task")
+    }
+}

@@ -26,6 +26,7 @@ on_both_engines!(by engine:
     a_phone_whose_user_reads_on_the_laptop_within_grace_gets_no_push_nor_badge_update,
     a_burst_of_100_messages_is_coalesced_into_a_few_pushes_with_the_right_badge,
     reading_on_the_laptop_sends_a_badge_update_to_the_phone,
+    reading_on_the_phone_itself_sends_it_no_badge_update,
     a_replaced_push_target_gets_the_next_push_at_its_new_token_once,
     with_content_on_a_push_carries_the_sender_and_the_first_100_characters,
     removed_and_signed_out_targets_get_no_push,
@@ -200,6 +201,37 @@ async fn reading_on_the_laptop_sends_a_badge_update_to_the_phone(engine: Engine)
         json!([{"group_id": group, "unread_count": 0, "last_msg_id": 2, "new_messages": false}]);
     assert_eq!(update.body["groups"], groups);
     check_against_schema("PushNotification", &update.body);
+}
+
+async fn reading_on_the_phone_itself_sends_it_no_badge_update(engine: Engine) {
+    let (app, push) = rig(engine, QUICK).await;
+    let group = group_with_bobs_phone(&app).await;
+    app.send_ok("alice", group, "one").await;
+    app.send_ok("alice", group, "two").await;
+    push.wait_for(PATIENCE, "a badge of 2", |r| {
+        taken(r).iter().any(|p| p.body["badge"] == 2)
+    })
+    .await;
+    let told = push.received().len();
+
+    // The phone's own read: it knows its badge is 0, a push would only repeat it.
+    let read = app
+        .ack("bob#phone", group, json!({"last_ack_msg_id": 2}))
+        .await;
+    assert_eq!(read.status, 200, "{:?}", read.body);
+    assert_eq!(read.body["unread_count"], 0);
+    tokio::time::sleep(QUICK.grace() + QUICK.interval() * 2).await;
+    let after_the_read = push.received();
+    assert_eq!(after_the_read.len(), told, "{:#?}", &after_the_read[told..]);
+
+    // The next message is pushed with the badge counted from the read.
+    app.send_ok("alice", group, "three").await;
+    let received = push
+        .wait_for(PATIENCE, "a push for the third message", |r| r.len() > told)
+        .await;
+    let woken = &received[told];
+    assert_eq!(woken.body["kind"], "new_messages", "{}", woken.raw);
+    assert_eq!(woken.body["badge"], 1);
 }
 
 async fn a_replaced_push_target_gets_the_next_push_at_its_new_token_once(engine: Engine) {

@@ -328,8 +328,7 @@ async fn plain_sends_move_the_senders_cursors_and_the_chat_list(app: TestApp) {
 async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;
-    run_sql(
-        &app,
+    app.run_postgres_sql(
         "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', \
          current_database()); END $$",
     )
@@ -366,38 +365,14 @@ async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
     );
 }
 
-async fn run_sql(app: &TestApp, sql: &str) {
-    use diesel::connection::SimpleConnection;
-    use diesel::Connection;
-    let (url, sql) = (app.database_url.clone(), sql.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
-        conn.batch_execute(&sql).expect("run SQL");
-    })
-    .await
-    .expect("SQL task");
-}
-
 async fn function_calls(app: &TestApp, function: &str) -> i64 {
-    use diesel::prelude::*;
-    use diesel::sql_types::{BigInt, Text};
-    #[derive(QueryableByName)]
-    struct Calls {
-        #[diesel(sql_type = BigInt)]
-        calls: i64,
-    }
-    let (url, function) = (app.database_url.clone(), function.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
-        diesel::sql_query(
-            "SELECT coalesce(sum(calls), 0)::bigint AS calls FROM pg_stat_user_functions \
-             WHERE funcname = $1",
-        )
-        .bind::<Text, _>(function)
-        .get_result::<Calls>(&mut conn)
-        .map(|c| c.calls)
-        .expect("read function statistics")
-    })
-    .await
-    .expect("statistics task")
+    let query = format!(
+        "SELECT coalesce(sum(calls), 0)::text AS value FROM pg_stat_user_functions \
+         WHERE funcname = '{function}'"
+    );
+    let values = app.postgres_values(&query).await;
+    values
+        .first()
+        .and_then(|v| v.parse().ok())
+        .expect("a count of calls")
 }
