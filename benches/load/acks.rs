@@ -1,20 +1,25 @@
-//! Acks: cursors moved one group per request, and twenty groups per `POST /v1/acks`.
+//! Acks: cursors moved one group per request, and twenty groups per `POST /v1/acks`; on
+//! PostgreSQL also the general path against one statement per ack, side by side.
 
 use std::sync::Arc;
 
 use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
+use crate::args::EngineSetup;
+use crate::group_commit::measure_cpu;
 use crate::report::EngineReport;
 use crate::requests::expect_empty;
 use crate::runner::{run_load, Measured};
 use crate::seed::{seed_group, seed_messages, users};
 use crate::server::BenchServer;
+use crate::support::engine::Engine;
 use crate::CONCURRENCY;
 
 const ACKS_PER_RUN: usize = 3000;
 pub const BATCH_ACK_GROUPS: usize = 20;
 const BATCH_ACK_REQUESTS_PER_RUN: usize = 300;
+const ROUNDS: usize = 2;
 
 /// Client k acks 1, 2, 3, … in one group, as its own member, so every ack moves a cursor.
 async fn run_group_acks(server: &BenchServer, group: i64, ackers: &[String]) -> Measured {
@@ -50,8 +55,56 @@ async fn run_batch_acks(server: &BenchServer, groups: &[i64], ackers: &[String])
 }
 
 pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut EngineReport) {
-    // Separate ackers per run, so the C = 32 run does not start from cursors the C = 1 run
-    // already moved (an ack that moves nothing writes nothing and would flatter the numbers).
+    run_acks(server, conn, report, "").await;
+}
+
+/// PostgreSQL: every ack as a transaction of the general path against every ack as one
+/// statement (the default), alternating twice in one run, each on a fresh server.
+pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
+    if setup.engine() != Engine::Postgres {
+        return report
+            .notes
+            .push("Ack paths: PostgreSQL only (SQLite has one path).".into());
+    }
+    for round in 1..=ROUNDS {
+        for (name, one_statement) in [
+            ("a transaction per ack", false),
+            ("one statement per ack", true),
+        ] {
+            eprintln!("ack paths: round {round}, {name}");
+            let adjust = move |s: &mut chorus::config::Settings| {
+                s.one_statement_writes = one_statement;
+            };
+            let server = match BenchServer::start_with(setup, adjust).await {
+                Ok(server) => server,
+                Err(e) => return report.notes.push(format!("ack paths skipped: {e}")),
+            };
+            let mut conn = server.direct_connection();
+            run_acks(
+                &server,
+                &mut conn,
+                report,
+                &format!(" ({name}, round {round})"),
+            )
+            .await;
+            drop(conn);
+            server.stop().await;
+        }
+    }
+    report.notes.push(
+        "Ack paths: CPU is the whole bench process's (client and server) per request.".into(),
+    );
+}
+
+/// Both ack workloads, rows named with `variant`. Each client count acks as users of its own,
+/// so the C = 32 run does not start from cursors the C = 1 run already moved (an ack that
+/// moves nothing writes nothing and would flatter the numbers).
+async fn run_acks(
+    server: &BenchServer,
+    conn: &mut AnyConnection,
+    report: &mut EngineReport,
+    variant: &str,
+) {
     let ackers: Vec<Vec<String>> = CONCURRENCY
         .iter()
         .map(|c| users(&format!("acker{c}"), *c))
@@ -61,9 +114,9 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
     let group = seed_group(conn, "ack", &members);
     seed_messages(conn, group, "ack-owner", ACKS_PER_RUN);
     for (c, ackers) in CONCURRENCY.iter().zip(&ackers) {
-        eprintln!("ack: one group per request, C={c}");
-        let m = run_group_acks(server, group, ackers).await;
-        report.ack_row(*c, &m);
+        eprintln!("ack: one group per request, C={c}{variant}");
+        let m = measure_cpu(run_group_acks(server, group, ackers)).await;
+        report.ack_row(*c, &m, variant);
     }
 
     let batchers: Vec<Vec<String>> = CONCURRENCY
@@ -80,35 +133,38 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
         })
         .collect();
     for (c, batchers) in CONCURRENCY.iter().zip(&batchers) {
-        eprintln!("ack: POST /v1/acks with {BATCH_ACK_GROUPS} groups, C={c}");
-        let m = run_batch_acks(server, &groups, batchers).await;
-        report.batch_ack_row(*c, &m);
+        eprintln!("ack: POST /v1/acks with {BATCH_ACK_GROUPS} groups, C={c}{variant}");
+        let m = measure_cpu(run_batch_acks(server, &groups, batchers)).await;
+        report.batch_ack_row(*c, &m, variant);
     }
 }
 
 impl EngineReport {
-    fn ack_row(&mut self, c: usize, m: &Measured) {
+    fn ack_row(&mut self, c: usize, (m, cpu_ms): &(Measured, f64), variant: &str) {
         let rate = m.rate(m.ok);
         self.row(
-            "ack: POST /groups/{id}/ack, cursor +1",
+            &format!("ack: POST /groups/{{id}}/ack, cursor +1{variant}"),
             c,
             m,
             ACKS_PER_RUN,
-            format!("{rate:.0} acks/s"),
+            format!("{rate:.0} acks/s, CPU {cpu_ms:.2} ms/req"),
         );
-        self.key(format!("acks/s C={c}"), rate);
+        self.key(format!("acks/s C={c}{variant}"), rate);
     }
 
-    fn batch_ack_row(&mut self, c: usize, m: &Measured) {
+    fn batch_ack_row(&mut self, c: usize, (m, cpu_ms): &(Measured, f64), variant: &str) {
         let rate = m.rate(m.items);
-        let throughput = format!("{rate:.0} group-acks/s ({:.0} req/s)", m.rate(m.ok));
+        let throughput = format!(
+            "{rate:.0} group-acks/s ({:.0} req/s), CPU {cpu_ms:.2} ms/req",
+            m.rate(m.ok)
+        );
         self.row(
-            &format!("ack: POST /v1/acks, {BATCH_ACK_GROUPS} groups each"),
+            &format!("ack: POST /v1/acks, {BATCH_ACK_GROUPS} groups each{variant}"),
             c,
             m,
             BATCH_ACK_REQUESTS_PER_RUN,
             throughput,
         );
-        self.key(format!("group-acks/s (batch) C={c}"), rate);
+        self.key(format!("group-acks/s (batch) C={c}{variant}"), rate);
     }
 }

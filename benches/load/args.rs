@@ -15,10 +15,12 @@ pub enum Scenario {
     MessageKinds,
     Push,
     GroupCommit,
+    AckPaths,
 }
 
 impl Scenario {
-    /// `core` runs every scenario but the message-kinds, push and group-commit ones, which
+    /// `core` runs every scenario but the message-kinds, push, group-commit and ack-paths
+    /// ones, which
     /// seed tens of thousands of rows or start servers of their own and answer narrower
     /// questions.
     pub fn includes(self, part: Scenario) -> bool {
@@ -26,7 +28,10 @@ impl Scenario {
             || (self == Scenario::Core
                 && !matches!(
                     part,
-                    Scenario::MessageKinds | Scenario::Push | Scenario::GroupCommit
+                    Scenario::MessageKinds
+                        | Scenario::Push
+                        | Scenario::GroupCommit
+                        | Scenario::AckPaths
                 ))
     }
 }
@@ -79,7 +84,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str =
-    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit] [--engine sqlite|postgres|both]";
+    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]";
 
 pub fn parse_args() -> Result<Args, String> {
     let mut scenario = Scenario::Core;
@@ -111,6 +116,7 @@ pub fn parse_args() -> Result<Args, String> {
             "message-kinds" => scenario = Scenario::MessageKinds,
             "push" => scenario = Scenario::Push,
             "group-commit" => scenario = Scenario::GroupCommit,
+            "ack-paths" => scenario = Scenario::AckPaths,
             "-h" | "--help" => return Err("Chorus load benchmark".into()),
             other => return Err(format!("unknown argument {other:?}")),
         }

@@ -37,7 +37,7 @@ const GROUP_MEMBERS: usize = 50;
 struct Variant {
     name: &'static str,
     sqlite_write_batch: u64,
-    one_statement_sends: bool,
+    one_statement_writes: bool,
     postgres_send_batch: u64,
 }
 
@@ -46,10 +46,10 @@ struct Variant {
 /// sends to a group that arrive together sharing one statement (the default).
 fn variants(setup: EngineSetup) -> Vec<Variant> {
     use chorus::config::defaults::{POSTGRES_SEND_BATCH, SQLITE_WRITE_BATCH};
-    let variant = |name, sqlite_write_batch, one_statement_sends, postgres_send_batch| Variant {
+    let variant = |name, sqlite_write_batch, one_statement_writes, postgres_send_batch| Variant {
         name,
         sqlite_write_batch,
-        one_statement_sends,
+        one_statement_writes,
         postgres_send_batch,
     };
     match setup.engine() {
@@ -82,7 +82,7 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
             eprintln!("group commit: round {round}, {name}");
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.sqlite_write_batch = variant.sqlite_write_batch;
-                s.one_statement_sends = variant.one_statement_sends;
+                s.one_statement_writes = variant.one_statement_writes;
                 s.postgres_send_batch = variant.postgres_send_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {
@@ -231,7 +231,7 @@ fn process_cpu_secs() -> f64 {
 }
 
 /// The run's result and the CPU milliseconds per successful request it took.
-async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
+pub async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
     let before = process_cpu_secs();
     let m = run.await;
     let cpu_ms = (process_cpu_secs() - before) * 1000.0 / m.ok.max(1) as f64;

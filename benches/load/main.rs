@@ -1,7 +1,7 @@
 //! Load benchmark: the real Chorus server, in process on 127.0.0.1 port 0, driven over HTTP.
 //!
 //! ```sh
-//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit] [--engine sqlite|postgres|both]
+//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]
 //! ```
 //!
 //! Each engine gets a fresh database (a temporary SQLite file, or a PostgreSQL database
@@ -111,6 +111,10 @@ async fn bench_engine(setup: EngineSetup, scenario: Scenario) -> Result<EngineRe
     if scenario.includes(Scenario::GroupCommit) {
         // Servers of its own: one per write-batch setting.
         group_commit::bench(setup, &mut report).await;
+    }
+    if scenario.includes(Scenario::AckPaths) {
+        // Servers of their own: one per ack path.
+        acks::bench_paths(setup, &mut report).await;
     }
     Ok(report)
 }
