@@ -125,8 +125,9 @@ async fn acked_in_one_statement(
         Ok(states) => Ok(states.flatten()),
         Err(e) if e.is_unreachable_or_timed_out() => Err(e.into()),
         Err(e) => {
-            // A deadlock with another writer, say, or a membership removed meanwhile.
-            tracing::debug!(error = %e, "the ack statement failed; the general path answers");
+            // A deadlock with another writer, say: rare, and logged so that a statement
+            // that fails every time (after a schema change, say) does not go unnoticed.
+            tracing::warn!(error = %e, "the ack statement failed; the general path answers");
             Ok(None)
         }
     }

@@ -169,6 +169,7 @@ fn ack_round(
         .collect();
     for plan in &mut plans {
         if let Some(counts) = above.get(&plan.state.group_id) {
+            plan.state.last_msg_id = counts.last_msg_id;
             plan.state.not_counted_above_read = counts.not_counted;
             plan.state.unread_mention_count = counts.mentions;
         }
@@ -184,7 +185,8 @@ fn ack_round(
     Ok(Ok(plans.into_iter().map(|p| (p.index, p.state)).collect()))
 }
 
-/// What one ack of a batch will do, decided from the rows read before any write.
+/// What one ack of a batch will do, decided from the rows read before any write. PostgreSQL's
+/// one-statement ack (`super::ack_statement`) decides the same in SQL: change both.
 struct AckPlan {
     /// The ack's place in the request.
     index: usize,

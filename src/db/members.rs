@@ -267,6 +267,13 @@ pub fn advance_members(
     if moves.is_empty() {
         return Ok(Vec::new());
     }
+    // Locked by a statement of their own, even one row: under READ COMMITTED an UPDATE that
+    // waits for a row changed meanwhile (a recall of the member's own message lowering
+    // their count) updates the row as it is now but counts the messages in its subquery as
+    // they were when it started, and would subtract the recalled message a second time.
+    // The UPDATE after the lock starts after whatever it waited for.
+    let group_ids: Vec<i64> = moves.iter().map(|(group_id, _)| *group_id).collect();
+    lock_in_group_order(conn, "group_members", "user_id", user_id, &group_ids)?;
     let query = if let [(group_id, to)] = moves {
         // One group (the ack of one group): by key, its integers written into the text. The
         // join to a one-row table made single acks about a quarter slower on SQLite.
@@ -280,8 +287,6 @@ pub fn advance_members(
             .sql(" WHERE group_members.group_id = ")
             .int(*group_id)
     } else {
-        let group_ids: Vec<i64> = moves.iter().map(|(group_id, _)| *group_id).collect();
-        lock_in_group_order(conn, "group_members", "user_id", user_id, &group_ids)?;
         let rows: Vec<Vec<i64>> = moves
             .iter()
             .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
@@ -330,7 +335,7 @@ pub(super) fn lock_in_group_order(
     key: &str,
     group_ids: &[i64],
 ) -> QueryResult<()> {
-    if !matches!(conn, AnyConnection::Postgresql(_)) || group_ids.len() < 2 {
+    if !matches!(conn, AnyConnection::Postgresql(_)) || group_ids.is_empty() {
         return Ok(());
     }
     RawSql::default()

@@ -242,7 +242,9 @@ pub fn note_reads_on_device(
         return Ok(());
     }
     let group_ids: Vec<i64> = unread_by_group.iter().map(|(g, _)| g.0).collect();
-    lock_in_group_order(conn, "push_group_state", "device_id", device_id, &group_ids)?;
+    if group_ids.len() > 1 {
+        lock_in_group_order(conn, "push_group_state", "device_id", device_id, &group_ids)?;
+    }
     let rows: Vec<Vec<i64>> = unread_by_group
         .iter()
         .map(|&(group_id, unread)| vec![group_id.0, unread])

@@ -78,6 +78,10 @@ pub fn unread_sql() -> String {
 
 #[derive(QueryableByName, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AboveRead {
+    /// The group's last entry, read with the counts so that they agree (an entry committed
+    /// since the caller last read the group counts in both or in neither).
+    #[diesel(sql_type = BigInt)]
+    pub last_msg_id: i64,
     #[diesel(sql_type = BigInt)]
     pub not_counted: i64,
     #[diesel(sql_type = BigInt)]
@@ -85,8 +89,8 @@ pub struct AboveRead {
 }
 
 /// The entries above one member's read cursor that the unread rule skips, and their unread
-/// mentions, in each of several groups, as the membership rows stand now (inside a write:
-/// after their update). One query, by group.
+/// mentions, with each group's last entry, in each of several groups, as the membership rows
+/// stand now (inside a write: after their update). One query, by group.
 pub fn above_read_in_groups(
     conn: &mut AnyConnection,
     group_ids: &[i64],
@@ -104,12 +108,14 @@ pub fn above_read_in_groups(
     }
     let rows: Vec<Row> = RawSql::default()
         .sql(&format!(
-            "SELECT group_id, CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
+            "SELECT group_members.group_id, groups.last_msg_id, \
+                    CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
                     CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
-             FROM group_members WHERE user_id = "
+             FROM group_members JOIN groups ON groups.group_id = group_members.group_id \
+             WHERE group_members.user_id = "
         ))
         .text(user_id)
-        .sql(" AND group_id IN ")
+        .sql(" AND group_members.group_id IN ")
         .int_list(group_ids)
         .load(conn)?;
     Ok(rows.into_iter().map(|r| (r.group_id, r.above)).collect())

@@ -22,6 +22,7 @@ on_both_engines!(
 on_postgres!(
     on_postgres_an_ack_is_one_statement_that_writes_all_its_effects,
     on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_the_general_path,
+    on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_counts_it_once,
 );
 
 async fn ack_never_moves_cursor_backwards(app: TestApp) {
@@ -470,6 +471,19 @@ async fn a_users_devices_acking_the_same_groups_in_opposite_orders_at_once_all_s
         let receipts = app.message_receipts("alice", g, rounds, "").await;
         assert_eq!(receipts.body["read_count"], 1);
     }
+    if app.engine == Engine::Postgres {
+        // A deadlock would not show in the answers (the one-statement ack that lost it goes
+        // to the general path), only in the database's statistics, which each connection
+        // reports within about ten seconds of going idle.
+        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+        let deadlocks = app
+            .postgres_values(
+                "SELECT deadlocks::text AS value FROM pg_stat_database \
+                 WHERE datname = current_database()",
+            )
+            .await;
+        assert_eq!(deadlocks, vec!["0"]);
+    }
 }
 
 /// A trigger of the test's own notes every row written to the tables an ack writes: the
@@ -759,5 +773,75 @@ async fn an_acks_answer_counts_what_is_left_as_the_chat_list_does(app: TestApp) 
             .expect("the group in bob's list");
         assert_eq!(row["unread_count"], answer["unread_count"]);
         assert_eq!(row["unread_mention_count"], answer["unread_mention_count"]);
+    }
+}
+
+/// A recall of the member's own message commits while their ack waits for their membership
+/// row (held by a transaction of the test's own, so that the two queue in that order). The
+/// recall lowers the count of their own messages above the read cursor; the ack, which
+/// passes the recalled message, must not subtract it a second time. If it did, the unread
+/// count would stay one too high, and every later read past their other message would be
+/// refused by the database (the count would go below zero). For an ack of one group and for
+/// a batch.
+async fn on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_counts_it_once() {
+    let app = spawn_app(Engine::Postgres).await;
+    for batch in [false, true] {
+        let group = app.group_with("alice", &["bob"]).await;
+        let quiet = app.group_with("alice", &["bob"]).await;
+        for k in 1..=4 {
+            app.send_ok("alice", group, &format!("a{k}")).await;
+        }
+        let mine = app.send_ok("bob", group, "mine, to recall").await;
+        app.send_ok("alice", group, "a6").await;
+        app.send_ok("alice", group, "a7").await;
+        app.send_ok("bob", group, "mine, to keep").await;
+        assert_eq!(
+            mine, 5,
+            "bob has read nothing: 5 and 8 are his, above his cursor"
+        );
+
+        let held = app
+            .postgres_transaction_held(&format!(
+                "SELECT 1 FROM group_members WHERE group_id = {group} AND user_id = 'bob' \
+                 FOR UPDATE"
+            ))
+            .await;
+        let ack = async {
+            app.until_waiting_for_locks(1).await;
+            if batch {
+                let acks = json!({"acks": [
+                    {"group_id": group, "last_ack_msg_id": 6},
+                    {"group_id": quiet, "last_ack_msg_id": 0}
+                ]});
+                let r = app.ack_many("bob", acks).await;
+                (r.status, r.body["results"][0].clone())
+            } else {
+                let r = app.ack("bob", group, json!({"last_ack_msg_id": 6})).await;
+                (r.status, r.body)
+            }
+        };
+        let release = async {
+            app.until_waiting_for_locks(2).await;
+            held.commit().await;
+        };
+        let (recall, (status, acked), ()) =
+            tokio::join!(app.change("bob", group, "recall", mine, None), ack, release);
+        assert_eq!(recall.status, 201, "{:?}", recall.body);
+        assert_eq!(status, 200, "batch {batch}: {acked:?}");
+        // Above 6: alice's 7, bob's own 8, the recall's entry 9.
+        assert_eq!(acked["last_read_msg_id"], 6);
+        assert_eq!(acked["unread_count"], 1, "batch {batch}: {acked:?}");
+        let list = app.my_groups("bob", "").await;
+        let row = list.body["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .find(|g| g["group_id"] == group)
+            .cloned()
+            .expect("the group in bob's list");
+        assert_eq!(row["unread_count"], 1, "batch {batch}");
+        let rest = app.ack("bob", group, json!({"last_ack_msg_id": 9})).await;
+        assert_eq!(rest.status, 200, "batch {batch}: {:?}", rest.body);
+        assert_eq!(rest.body["unread_count"], 0);
     }
 }

@@ -348,3 +348,60 @@ impl TestApp {
         .expect("SQL task")
     }
 }
+
+/// A PostgreSQL transaction of the test's own, open until [`HeldTransaction::commit`].
+pub struct HeldTransaction {
+    commit: std::sync::mpsc::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl HeldTransaction {
+    /// Commits, and answers once it has.
+    pub async fn commit(self) {
+        let _ = self.commit.send(());
+        self.done.await.expect("the held transaction's task");
+    }
+}
+
+impl TestApp {
+    /// PostgreSQL only: begins a transaction on a connection of its own, runs `sql` in it
+    /// (say, to lock rows), and holds it open until its `commit`.
+    pub async fn postgres_transaction_held(&self, sql: &str) -> HeldTransaction {
+        use diesel::connection::SimpleConnection;
+        use diesel::Connection;
+        let (url, sql) = (self.database_url.clone(), sql.to_owned());
+        let (commit, wait) = std::sync::mpsc::channel::<()>();
+        let (begun, is_begun) = tokio::sync::oneshot::channel::<()>();
+        let done = tokio::task::spawn_blocking(move || {
+            let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
+            conn.batch_execute(&format!("BEGIN; {sql}"))
+                .unwrap_or_else(|e| panic!("run {sql}: {e}"));
+            let _ = begun.send(());
+            let _ = wait.recv();
+            conn.batch_execute("COMMIT").expect("commit");
+        });
+        is_begun.await.expect("the transaction has begun");
+        HeldTransaction { commit, done }
+    }
+
+    /// PostgreSQL only: waits until `count` sessions on the test's database wait for a lock
+    /// (a write queued behind a held transaction), for at most 30 seconds.
+    pub async fn until_waiting_for_locks(&self, count: usize) {
+        let query = "SELECT count(*)::text AS value FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: usize = self.postgres_values(query).await[0]
+                .parse()
+                .expect("a count");
+            if waiting >= count {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} of {count} sessions waiting for a lock after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
