@@ -15,7 +15,7 @@ use crate::push_rig::{
 };
 use crate::spec_check::check_against_schema;
 use crate::support::engine::Engine;
-use crate::support::push_receiver::Received;
+use crate::support::push_receiver::{PushReceiver, Received};
 
 /// What a machine busy with other tests may add to a bound the push rule promises.
 const SLACK: Duration = Duration::from_secs(10);
@@ -173,7 +173,8 @@ async fn a_burst_of_100_messages_is_coalesced_into_a_few_pushes_with_the_right_b
     assert_eq!(keys.len(), received.len(), "each push its own key");
 }
 
-async fn reading_on_the_laptop_sends_a_badge_update_to_the_phone(engine: Engine) {
+/// A group in which alice sent two messages that bob's phone was told of, with a badge of 2.
+async fn bobs_phone_told_of_two_messages(engine: Engine) -> (TestApp, PushReceiver, i64) {
     let (app, push) = rig(engine, QUICK).await;
     let group = group_with_bobs_phone(&app).await;
     app.send_ok("alice", group, "one").await;
@@ -182,6 +183,11 @@ async fn reading_on_the_laptop_sends_a_badge_update_to_the_phone(engine: Engine)
         taken(r).iter().any(|p| p.body["badge"] == 2)
     })
     .await;
+    (app, push, group)
+}
+
+async fn reading_on_the_laptop_sends_a_badge_update_to_the_phone(engine: Engine) {
+    let (app, push, group) = bobs_phone_told_of_two_messages(engine).await;
 
     let read = app
         .ack("bob#laptop", group, json!({"last_ack_msg_id": 2}))
@@ -204,14 +210,7 @@ async fn reading_on_the_laptop_sends_a_badge_update_to_the_phone(engine: Engine)
 }
 
 async fn reading_on_the_phone_itself_sends_it_no_badge_update(engine: Engine) {
-    let (app, push) = rig(engine, QUICK).await;
-    let group = group_with_bobs_phone(&app).await;
-    app.send_ok("alice", group, "one").await;
-    app.send_ok("alice", group, "two").await;
-    push.wait_for(PATIENCE, "a badge of 2", |r| {
-        taken(r).iter().any(|p| p.body["badge"] == 2)
-    })
-    .await;
+    let (app, push, group) = bobs_phone_told_of_two_messages(engine).await;
     let told = push.received().len();
 
     // The phone's own read: it knows its badge is 0, a push would only repeat it.
