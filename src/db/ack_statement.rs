@@ -145,7 +145,12 @@ fn statement_after_params() -> &'static str {
         // a change to one is a change to the other, and the API tests run every ack of
         // their PostgreSQL runs through this statement and compare with the general path.
         // The badge rows are locked in group order, as `note_reads_on_device` locks them,
-        // before the update (the count forces the lock to finish first).
+        // before the update (which reads the lock's rows). A badge row the push builder
+        // changed after the statement began (it may have told of a newer message) is left
+        // as it is: lowering it to this statement's count could leave it below the unread
+        // count, and the builder would never correct the phone. The `= ANY(group_ids)`
+        // conditions let PostgreSQL probe each row by key instead of scanning every row of
+        // a user or device in thousands of groups.
         format!(
             // The member rows, locked in group order as every write that touches several
             // groups locks them. A group that is missing, a caller who is not a member and
@@ -162,7 +167,7 @@ fn statement_after_params() -> &'static str {
              seen AS ( \
                SELECT gm.group_id, gm.xmin AS row_version \
                FROM asked a JOIN group_members gm ON gm.group_id = a.group_id \
-               WHERE gm.user_id = {user}), \
+               WHERE gm.user_id = {user} AND gm.group_id = ANY({group_ids}::bigint[])), \
              locked AS MATERIALIZED ( \
                SELECT a.group_id, a.ack_to, a.read_to, g.last_msg_id, gm.xmin AS row_version, \
                  gm.last_ack_msg_id AS ack_was, gm.last_read_msg_id AS read_was, \
@@ -175,7 +180,7 @@ fn statement_after_params() -> &'static str {
                JOIN group_members gm ON gm.group_id = a.group_id AND gm.user_id = {user} \
                LEFT JOIN device_cursors dc ON dc.group_id = a.group_id \
                  AND dc.user_id = {user} AND dc.device_id = {device} \
-               WHERE a.ack_to <= g.last_msg_id \
+               WHERE a.ack_to <= g.last_msg_id AND gm.group_id = ANY({group_ids}::bigint[]) \
                ORDER BY a.group_id FOR NO KEY UPDATE OF gm), \
              accepted AS ( \
                SELECT b.*, \
@@ -229,16 +234,25 @@ fn statement_after_params() -> &'static str {
              read_event AS ( \
                INSERT INTO member_events (user_id, group_id, kind, device_id, created_at) \
                SELECT user_id, group_id, '{read}', {device_column}, {now} FROM counted WHERE read_moved), \
+             badge_seen AS ( \
+               SELECT ps.group_id, ps.xmin AS row_version \
+               FROM counted c JOIN push_group_state ps \
+                 ON ps.device_id = {device} AND ps.group_id = c.group_id \
+               WHERE c.read_moved AND ps.group_id = ANY({group_ids}::bigint[])), \
              badge_rows AS MATERIALIZED ( \
-               SELECT group_id FROM push_group_state \
-               WHERE device_id = {device} \
-                 AND group_id IN (SELECT group_id FROM counted WHERE read_moved) \
-               ORDER BY group_id FOR NO KEY UPDATE), \
+               SELECT ps.group_id, ps.xmin AS row_version \
+               FROM counted c JOIN push_group_state ps \
+                 ON ps.device_id = {device} AND ps.group_id = c.group_id \
+               WHERE c.read_moved AND ps.group_id = ANY({group_ids}::bigint[]) \
+               ORDER BY ps.group_id FOR NO KEY UPDATE OF ps), \
              badge AS ( \
-               {LOWER_BADGES} (SELECT group_id AS g, {UNREAD_OF_INPUTS} AS unread \
-                 FROM counted WHERE read_moved) AS t \
+               {LOWER_BADGES} (SELECT c.group_id AS g, {UNREAD_OF_INPUTS} AS unread \
+                 FROM counted c \
+                 JOIN badge_rows b ON b.group_id = c.group_id \
+                 JOIN badge_seen s ON s.group_id = b.group_id \
+                   AND s.row_version = b.row_version) AS t \
                {LOWER_BADGES_OF_DEVICE} {device} \
-                 AND (SELECT count(*) FROM badge_rows) >= 0) \
+                 AND push_group_state.group_id = ANY({group_ids}::bigint[])) \
              SELECT group_id, last_ack_msg_id, last_read_msg_id, last_msg_id, \
                own_msgs_after_read, not_counted_above_read, unread_mention_count, \
                receipts_changed, read_moved, wrote \

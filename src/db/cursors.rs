@@ -170,6 +170,7 @@ fn ack_round(
     for plan in &mut plans {
         if let Some(counts) = above.get(&plan.state.group_id) {
             plan.state.last_msg_id = counts.last_msg_id;
+            plan.state.own_msgs_after_read = counts.own_msgs_after_read;
             plan.state.not_counted_above_read = counts.not_counted;
             plan.state.unread_mention_count = counts.mentions;
         }

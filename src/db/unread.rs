@@ -79,9 +79,13 @@ pub fn unread_sql() -> String {
 #[derive(QueryableByName, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AboveRead {
     /// The group's last entry, read with the counts so that they agree (an entry committed
-    /// since the caller last read the group counts in both or in neither).
+    /// since the caller last read the group, or a recall of the member's own message, counts
+    /// in all or in none).
     #[diesel(sql_type = BigInt)]
     pub last_msg_id: i64,
+    /// The member's own messages above the read cursor, read with the counts too.
+    #[diesel(sql_type = BigInt)]
+    pub own_msgs_after_read: i64,
     #[diesel(sql_type = BigInt)]
     pub not_counted: i64,
     #[diesel(sql_type = BigInt)]
@@ -109,6 +113,7 @@ pub fn above_read_in_groups(
     let rows: Vec<Row> = RawSql::default()
         .sql(&format!(
             "SELECT group_members.group_id, groups.last_msg_id, \
+                    group_members.own_msgs_after_read, \
                     CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
                     CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
              FROM group_members JOIN groups ON groups.group_id = group_members.group_id \

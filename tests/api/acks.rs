@@ -474,8 +474,8 @@ async fn a_users_devices_acking_the_same_groups_in_opposite_orders_at_once_all_s
     if app.engine == Engine::Postgres {
         // A deadlock would not show in the answers (the one-statement ack that lost it goes
         // to the general path), only in the database's statistics, which each connection
-        // reports within about ten seconds of going idle.
-        tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+        // reports within about ten seconds of going idle (PostgreSQL 15).
+        tokio::time::sleep(std::time::Duration::from_secs(15)).await;
         let deadlocks = app
             .postgres_values(
                 "SELECT deadlocks::text AS value FROM pg_stat_database \
