@@ -2,13 +2,14 @@
 //! what [`super::cursors::ack`] does in a transaction of several. Its parts are data-modifying
 //! common table expressions made from the rules the general path uses (how a member's
 //! cursors move, how a device's cursor moves, what is above the read cursor, how a device's
-//! badge is lowered), so there is one statement of each rule.
+//! badge is lowered), so each rule is spelled once.
 //!
 //! It answers only an ack it can answer exactly as the general path would. Whenever the
 //! general path would refuse something (a group that does not exist, a caller who is not a
 //! member, an ack beyond the group's last message) it writes nothing and answers None, and
 //! the general path gives the refusal. So does a batch that names a group more than once,
-//! whose acks the general path applies one after another.
+//! whose acks the general path applies one after another, and an ack whose member row
+//! another write changed while the statement ran (see the statement's comments).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
