@@ -63,15 +63,17 @@ pub fn ack(
     let mut wrote = false;
     for row in &rows {
         wrote |= row.wrote;
-        if row.receipts_changed {
-            wakes.record(WakeEvent::CursorMoved(row.group_id));
+        if row.state.receipts_changed {
+            wakes.record(WakeEvent::CursorMoved(row.state.group_id));
         }
     }
-    if rows.iter().any(|r| r.read_moved) {
+    if rows.iter().any(|r| r.state.read_moved) {
         wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
-    let by_group: HashMap<i64, CursorState> =
-        rows.iter().map(|row| (row.group_id, row.state())).collect();
+    let by_group: HashMap<i64, CursorState> = rows
+        .iter()
+        .map(|row| (row.state.group_id, row.state))
+        .collect();
     // One row per asked group (the count was checked): every ack finds its own.
     let states = acks.iter().map(|a| by_group.get(&a.group_id).copied());
     Ok((usize::from(wrote), states.collect()))
@@ -262,43 +264,12 @@ fn statement_after_params() -> &'static str {
     })
 }
 
-/// One group's row of the statement's answer.
+/// One group's row of the statement's answer: the cursor state the general path answers
+/// too, and whether the statement wrote anything for it.
 #[derive(QueryableByName)]
 struct Acked {
-    #[diesel(sql_type = BigInt)]
-    group_id: i64,
-    #[diesel(sql_type = BigInt)]
-    last_ack_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    last_read_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    last_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    own_msgs_after_read: i64,
-    #[diesel(sql_type = BigInt)]
-    not_counted_above_read: i64,
-    #[diesel(sql_type = BigInt)]
-    unread_mention_count: i64,
-    #[diesel(sql_type = Bool)]
-    receipts_changed: bool,
-    #[diesel(sql_type = Bool)]
-    read_moved: bool,
+    #[diesel(embed)]
+    state: CursorState,
     #[diesel(sql_type = Bool)]
     wrote: bool,
-}
-
-impl Acked {
-    fn state(&self) -> CursorState {
-        CursorState {
-            group_id: self.group_id,
-            last_ack_msg_id: self.last_ack_msg_id,
-            last_read_msg_id: self.last_read_msg_id,
-            last_msg_id: self.last_msg_id,
-            own_msgs_after_read: self.own_msgs_after_read,
-            not_counted_above_read: self.not_counted_above_read,
-            unread_mention_count: self.unread_mention_count,
-            receipts_changed: self.receipts_changed,
-            read_moved: self.read_moved,
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! Acks: moving members' cursors forward, one group or many in one transaction.
 
-use diesel::QueryResult;
+use diesel::sql_types::{BigInt, Bool};
+use diesel::{QueryResult, QueryableByName};
 
 use std::collections::HashMap;
 
@@ -34,20 +35,30 @@ impl AckRequest {
     }
 }
 
-/// A member's position after an ack, as the acking device sees it.
-#[derive(Debug, Clone, Copy)]
+/// A member's position after an ack, as the acking device sees it. Also a row of
+/// PostgreSQL's one-statement ack (`super::ack_statement`), whose columns are these fields.
+#[derive(Debug, Clone, Copy, QueryableByName)]
 pub struct CursorState {
+    #[diesel(sql_type = BigInt)]
     pub group_id: i64,
     /// The acking device's delivered cursor.
+    #[diesel(sql_type = BigInt)]
     pub last_ack_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
     pub last_read_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
     pub last_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
     pub own_msgs_after_read: i64,
+    #[diesel(sql_type = BigInt)]
     pub not_counted_above_read: i64,
+    #[diesel(sql_type = BigInt)]
     pub unread_mention_count: i64,
     /// Whether the ack changed what receipts count (the read or delivered-anywhere cursor).
+    #[diesel(sql_type = Bool)]
     pub receipts_changed: bool,
     /// Whether the read cursor moved (the user's other devices hear of it).
+    #[diesel(sql_type = Bool)]
     pub read_moved: bool,
 }
 
