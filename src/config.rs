@@ -69,6 +69,7 @@ pub mod defaults {
     pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const SQLITE_WRITE_BATCH: u64 = 64;
     pub const POSTGRES_SEND_BATCH: u64 = 64;
+    pub const POSTGRES_ACK_BATCH: u64 = 64;
     /// SQLite's own default page cache (`PRAGMA cache_size = -2000`), per connection.
     pub const SQLITE_CACHE_KIB: u64 = 2000;
     pub const KEEP_ALIVE_SECS: u64 = 75;
@@ -163,6 +164,14 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_POSTGRES_SEND_BATCH", default_value_t = defaults::POSTGRES_SEND_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
     pub postgres_send_batch: u64,
+
+    /// PostgreSQL: the most acks (group entries, of any users' requests on this instance)
+    /// that one statement (one commit, one flush) may carry; a request holding more goes
+    /// alone. Acks that arrive while the last such statement runs wait for the next one and
+    /// share it; a lone ack never waits. 1 gives every request a statement of its own.
+    #[arg(long, env = "CHORUS_POSTGRES_ACK_BATCH", default_value_t = defaults::POSTGRES_ACK_BATCH,
+          value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
+    pub postgres_ack_batch: u64,
 
     /// SQLite: the page cache of each database connection, in KiB (`PRAGMA cache_size`).
     /// The server holds the pool's connections plus one writer, so the caches together take
@@ -309,6 +318,7 @@ impl Settings {
             sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             sqlite_write_batch: defaults::SQLITE_WRITE_BATCH,
             postgres_send_batch: defaults::POSTGRES_SEND_BATCH,
+            postgres_ack_batch: defaults::POSTGRES_ACK_BATCH,
             sqlite_cache_kib: defaults::SQLITE_CACHE_KIB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,

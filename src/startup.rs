@@ -14,6 +14,7 @@ use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
 use crate::db::message_changes::ChangeWindows;
+use crate::db::shared_acks::SharedAcks;
 use crate::db::shared_sends::SharedSends;
 use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
@@ -50,9 +51,11 @@ impl Application {
             spawn_push_job(push, &db, &metrics, &notifier)?;
         }
         let shared_sends = SharedSends::new(db.clone(), settings.postgres_send_batch as usize);
+        let shared_acks = SharedAcks::new(db.clone(), settings.postgres_ack_batch as usize);
         let state = web::Data::new(AppState {
             db,
             shared_sends,
+            shared_acks,
             keys,
             metrics,
             cursors,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use chorus::config::defaults::POSTGRES_ACK_BATCH;
 use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
@@ -58,8 +59,9 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
     run_acks(server, conn, report, "").await;
 }
 
-/// PostgreSQL: every ack as a transaction of the general path against every ack as one
-/// statement (the default), alternating twice in one run, each on a fresh server.
+/// PostgreSQL: every ack as a transaction of the general path, every ack as one statement
+/// of its own, and acks that arrive together sharing a statement (the default), alternating
+/// twice in one run, each on a fresh server.
 pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
     if setup.engine() != Engine::Postgres {
         return report
@@ -67,13 +69,15 @@ pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
             .push("Ack paths: PostgreSQL only (SQLite has one path).".into());
     }
     for round in 1..=ROUNDS {
-        for (name, one_statement) in [
-            ("a transaction per ack", false),
-            ("one statement per ack", true),
+        for (name, one_statement, ack_batch) in [
+            ("a transaction per ack", false, 1),
+            ("one statement per ack", true, 1),
+            ("acks share a statement", true, POSTGRES_ACK_BATCH),
         ] {
             eprintln!("ack paths: round {round}, {name}");
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.one_statement_writes = one_statement;
+                s.postgres_ack_batch = ack_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {
                 Ok(server) => server,

@@ -8,7 +8,7 @@ use super::extract::AuthUser;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::access::Refusal;
-use crate::db::ack_statement;
+use crate::db::ack_statement::AcksOf;
 use crate::db::cursors::{self, AckRequest, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
@@ -114,15 +114,13 @@ async fn acked_in_one_statement(
     user: &AuthUser,
     requests: &[AckRequest],
 ) -> Result<Option<Vec<CursorState>>, ApiError> {
-    let (caller, requests) = (user.clone(), requests.to_vec());
-    let acked = state
-        .db
-        .write_one_statement(move |conn, wakes| {
-            ack_statement::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
-        })
-        .await;
-    match acked {
-        Ok(states) => Ok(states.flatten()),
+    let request = AcksOf {
+        user_id: user.id().to_owned(),
+        device: user.device.clone(),
+        acks: requests.to_vec(),
+    };
+    match state.shared_acks.ack(request).await {
+        Ok(states) => Ok(states),
         Err(e) if e.is_unreachable_or_timed_out() => Err(e.into()),
         Err(e) => {
             // A deadlock with another writer, say: rare, and logged so that a statement

@@ -8,6 +8,7 @@ use actix_web::web;
 use super::longpoll::CursorSigner;
 use crate::auth::TokenKeys;
 use crate::db::message_changes::ChangeWindows;
+use crate::db::shared_acks::SharedAcks;
 use crate::db::shared_sends::SharedSends;
 use crate::db::Db;
 use crate::metrics::Metrics;
@@ -17,6 +18,8 @@ pub struct AppState {
     pub db: Db,
     /// Plain sends to one group that arrive together share a transaction (PostgreSQL).
     pub shared_sends: SharedSends,
+    /// Acks that arrive together share a statement (PostgreSQL).
+    pub shared_acks: SharedAcks,
     pub keys: TokenKeys,
     /// Also registered on its own, so the metrics middleware needs nothing from `api`.
     pub metrics: web::Data<Metrics>,

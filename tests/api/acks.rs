@@ -801,7 +801,7 @@ async fn on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_c
         );
 
         let held = app
-            .postgres_transaction_held(&format!(
+            .transaction_held(&format!(
                 "SELECT 1 FROM group_members WHERE group_id = {group} AND user_id = 'bob' \
                  FOR UPDATE"
             ))

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use serde_json::json;
 
-use crate::helpers::{TestApp, TestResponse};
+use crate::helpers::{HeldTransaction, TestApp, TestResponse};
 use crate::on_both_engines;
 use crate::on_postgres;
 use crate::support::engine::Engine;
@@ -47,11 +47,8 @@ fn four_writes_per_commit(settings: &mut Settings) {
     settings.postgres_send_batch = SMALL_BATCH;
 }
 
-/// A connection of the test's own holding what the burst's writes need, until `release()`.
-struct HeldLock {
-    release: std::sync::mpsc::Sender<()>,
-    done: tokio::task::JoinHandle<()>,
-}
+/// A transaction of the test's own holding what the burst's writes need, until `release()`.
+struct HeldLock(HeldTransaction);
 
 impl HeldLock {
     async fn take(app: &TestApp, group_id: i64) -> HeldLock {
@@ -61,41 +58,19 @@ impl HeldLock {
     /// [`HeldLock::take`], and `also` runs in the same transaction: what it changes becomes
     /// visible at the release, to writes that were waiting for the lock.
     async fn take_doing(app: &TestApp, group_id: i64, also: &str) -> HeldLock {
-        use diesel::connection::SimpleConnection;
-        use diesel::Connection;
-        let (engine, url, also) = (app.engine, app.database_url.clone(), also.to_owned());
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        let (taken, is_taken) = tokio::sync::oneshot::channel::<()>();
-        let done = tokio::task::spawn_blocking(move || {
-            let lock = match engine {
-                Engine::Sqlite => "BEGIN IMMEDIATE".to_owned(),
-                Engine::Postgres => format!(
-                    "BEGIN; SELECT group_id FROM groups WHERE group_id = {group_id} FOR UPDATE"
-                ),
-            };
-            let hold = |conn: &mut dyn SimpleConnection| {
-                conn.batch_execute(&lock).expect("take the lock");
-                if !also.is_empty() {
-                    conn.batch_execute(&also)
-                        .expect("change things under the lock");
-                }
-                let _ = taken.send(());
-                let _ = wait.recv();
-                conn.batch_execute("COMMIT").expect("release the lock");
-            };
-            match engine {
-                Engine::Sqlite => {
-                    hold(&mut diesel::SqliteConnection::establish(&url).expect("open"))
-                }
-                Engine::Postgres => hold(&mut diesel::PgConnection::establish(&url).expect("open")),
+        // SQLite: the write lock the transaction holds. PostgreSQL: the group's row, which
+        // every send to the group updates.
+        let lock = match app.engine {
+            Engine::Sqlite => String::new(),
+            Engine::Postgres => {
+                format!("SELECT group_id FROM groups WHERE group_id = {group_id} FOR UPDATE;")
             }
-        });
-        is_taken.await.expect("the lock is taken");
-        HeldLock { release, done }
+        };
+        HeldLock(app.transaction_held(&format!("{lock} {also}")).await)
     }
 
     /// Runs `writes` while the lock is held for `hold`, then lets go: what `writes` gave, and
-    /// the instant the release was asked for (see [`HeldLock::release`]).
+    /// the instant the release was asked for (see [`HeldTransaction::commit`]).
     async fn release_after<T>(
         self,
         hold: Duration,
@@ -108,14 +83,9 @@ impl HeldLock {
     }
 
     /// Lets go and answers, once the lock is gone, with the instant the release was asked
-    /// for: no write that needs the lock can commit before it. (The instant the holder's
-    /// COMMIT returned would be too late a bound: the database frees the lock before its
-    /// answer reaches the holder, so a queued write may commit and answer in between.)
+    /// for: no write that needs the lock can commit before it.
     async fn release(self) -> Instant {
-        let asked = Instant::now();
-        let _ = self.release.send(());
-        self.done.await.expect("the lock is released");
-        asked
+        self.0.commit().await
     }
 }
 

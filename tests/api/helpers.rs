@@ -349,36 +349,56 @@ impl TestApp {
     }
 }
 
-/// A PostgreSQL transaction of the test's own, open until [`HeldTransaction::commit`].
+/// A transaction of the test's own, open until [`HeldTransaction::commit`].
 pub struct HeldTransaction {
     commit: std::sync::mpsc::Sender<()>,
     done: tokio::task::JoinHandle<()>,
 }
 
 impl HeldTransaction {
-    /// Commits, and answers once it has.
-    pub async fn commit(self) {
+    /// Commits, and answers once it has, with the instant the commit was asked for: no write
+    /// waiting for what the transaction holds can commit before it. (The instant the COMMIT
+    /// returned would be too late a bound: the database frees the locks before its answer
+    /// reaches the holder, so a queued write may commit and answer in between.)
+    pub async fn commit(self) -> std::time::Instant {
+        let asked = std::time::Instant::now();
         let _ = self.commit.send(());
         self.done.await.expect("the held transaction's task");
+        asked
     }
 }
 
 impl TestApp {
-    /// PostgreSQL only: begins a transaction on a connection of its own, runs `sql` in it
-    /// (say, to lock rows), and holds it open until its `commit`.
-    pub async fn postgres_transaction_held(&self, sql: &str) -> HeldTransaction {
+    /// Begins a transaction on a connection of its own, runs `sql` in it (say, to lock
+    /// rows), and holds it open until its `commit`. On SQLite the transaction is `BEGIN
+    /// IMMEDIATE`: it holds the database's write lock, which every write needs.
+    pub async fn transaction_held(&self, sql: &str) -> HeldTransaction {
         use diesel::connection::SimpleConnection;
         use diesel::Connection;
-        let (url, sql) = (self.database_url.clone(), sql.to_owned());
+        let (engine, url, sql) = (self.engine, self.database_url.clone(), sql.to_owned());
         let (commit, wait) = std::sync::mpsc::channel::<()>();
         let (begun, is_begun) = tokio::sync::oneshot::channel::<()>();
         let done = tokio::task::spawn_blocking(move || {
-            let mut conn = diesel::PgConnection::establish(&url).expect("open PostgreSQL");
-            conn.batch_execute(&format!("BEGIN; {sql}"))
-                .unwrap_or_else(|e| panic!("run {sql}: {e}"));
-            let _ = begun.send(());
-            let _ = wait.recv();
-            conn.batch_execute("COMMIT").expect("commit");
+            let hold = |conn: &mut dyn SimpleConnection, begin: &str| {
+                conn.batch_execute(begin).expect("begin");
+                if !sql.is_empty() {
+                    conn.batch_execute(&sql)
+                        .unwrap_or_else(|e| panic!("run {sql}: {e}"));
+                }
+                let _ = begun.send(());
+                let _ = wait.recv();
+                conn.batch_execute("COMMIT").expect("commit");
+            };
+            match engine {
+                Engine::Sqlite => hold(
+                    &mut diesel::SqliteConnection::establish(&url).expect("open SQLite"),
+                    "BEGIN IMMEDIATE",
+                ),
+                Engine::Postgres => hold(
+                    &mut diesel::PgConnection::establish(&url).expect("open PostgreSQL"),
+                    "BEGIN",
+                ),
+            }
         });
         is_begun.await.expect("the transaction has begun");
         HeldTransaction { commit, done }

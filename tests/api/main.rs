@@ -10,6 +10,7 @@ mod internal_error_log;
 mod spec_check;
 
 mod acks;
+mod acks_together;
 mod auth;
 mod authz;
 mod bad_input;
