@@ -55,17 +55,6 @@ async fn queued_together<F: std::future::Future<Output = TestResponse>>(
     answers
 }
 
-/// Commits and the writes they carried, from one `/metrics` response.
-async fn commits_and_writes(app: &TestApp) -> (f64, f64) {
-    match app
-        .metrics(&["chorus_db_commits_total", "chorus_db_writes_total"])
-        .await[..]
-    {
-        [Some(commits), Some(writes)] => (commits, writes),
-        ref missing => panic!("commit metrics missing: {missing:?}"),
-    }
-}
-
 /// One request of a burst.
 type Ack<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = TestResponse> + 'a>>;
 
@@ -139,7 +128,7 @@ async fn acks_of_many_users_arriving_together_each_move_their_own_cursors(app: T
     for i in (1..readers.len()).step_by(2) {
         chat_row(&app, &phone(i), g1).await;
     }
-    let (commits_before, writes_before) = commits_and_writes(&app).await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
     let mut acks = Vec::new();
     for (i, reader) in readers.iter().enumerate() {
         acks.push(if i % 2 == 0 {
@@ -178,7 +167,7 @@ async fn acks_of_many_users_arriving_together_each_move_their_own_cursors(app: T
     );
 
     // Fewer commits than acks: they shared.
-    let (commits_after, writes_after) = commits_and_writes(&app).await;
+    let (commits_after, writes_after) = app.commits_and_writes().await;
     let (commits, writes) = (commits_after - commits_before, writes_after - writes_before);
     assert_eq!(writes, answers.len() as f64, "every ack moved a cursor");
     assert!(

@@ -89,18 +89,6 @@ impl HeldLock {
     }
 }
 
-/// Commits and the writes they carried, read from one `/metrics` response: read apart, a
-/// background job's write (the retention sweep) could land between the two readings.
-async fn commits_and_writes(app: &TestApp) -> (f64, f64) {
-    match app
-        .metrics(&["chorus_db_commits_total", "chorus_db_writes_total"])
-        .await[..]
-    {
-        [Some(commits), Some(writes)] => (commits, writes),
-        ref missing => panic!("commit metrics missing: {missing:?}"),
-    }
-}
-
 /// What one request of the burst is, and how it must end.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Write {
@@ -148,7 +136,7 @@ fn rand_id() -> String {
 async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
     app.send_ok("alice", group, "before the burst").await;
-    let (commits_before, writes_before) = commits_and_writes(&app).await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
 
     let lock = HeldLock::take(&app, group).await;
     let writes = burst();
@@ -224,7 +212,7 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
         assert_eq!(stored[(*id - 1) as usize].1, format!("m{k}"));
     }
 
-    let (commits, writes_total) = commits_and_writes(&app).await;
+    let (commits, writes_total) = app.commits_and_writes().await;
     let (commits, carried) = (commits - commits_before, writes_total - writes_before);
     assert!(
         carried >= (DISTINCT_SENDS + 3) as f64,
@@ -253,11 +241,11 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
 
 async fn a_lone_write_commits_at_once_on_its_own(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
-    let (commits_before, writes_before) = commits_and_writes(&app).await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
 
     app.send_ok("alice", group, "alone").await;
 
-    let (commits, writes) = commits_and_writes(&app).await;
+    let (commits, writes) = app.commits_and_writes().await;
     // A background job's write (the retention sweep) may land in the window too, so the
     // test asks that every commit there carried one write, the send's among them.
     let (commits, writes) = (commits - commits_before, writes - writes_before);
@@ -267,7 +255,7 @@ async fn a_lone_write_commits_at_once_on_its_own(app: TestApp) {
 
 async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
-    let (commits_before, writes_before) = commits_and_writes(&app).await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
 
     let lock = HeldLock::take(&app, group).await;
     let app_ref = &app;
@@ -283,7 +271,7 @@ async fn a_batch_of_one_gives_every_write_its_own_commit(app: TestApp) {
     assert_eq!(statuses, vec![201; 8]);
 
     // A background job's write may land in the window too: each commit still carries one.
-    let (commits, writes) = commits_and_writes(&app).await;
+    let (commits, writes) = app.commits_and_writes().await;
     assert_eq!(commits - commits_before, writes - writes_before);
     assert!(
         writes - writes_before >= 8.0,
@@ -333,7 +321,7 @@ async fn a_send_whose_client_hung_up_before_the_commit_still_wakes_the_waiters(a
 
 async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
     let group = app.group_with("alice", &["bob"]).await;
-    let (commits_before, writes_before) = commits_and_writes(&app).await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
 
     // The first send commits alone (a lone write never waits); 21 sends in commits of at most
     // 4 then take at least 6, where commits of 5 would take 5 however the first one went.
@@ -359,7 +347,7 @@ async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
     );
 
     // A background job's write may land in the window too, in a commit of its own.
-    let (commits, writes) = commits_and_writes(&app).await;
+    let (commits, writes) = app.commits_and_writes().await;
     let (commits, writes) = (commits - commits_before, writes - writes_before);
     let for_the_sends = commits - (writes - SENDS as f64);
     assert!(

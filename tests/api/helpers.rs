@@ -307,6 +307,20 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// Commits and the writes they carried, read from one `/metrics` response: read apart,
+    /// a background job's write (the retention sweep) could land between the two readings.
+    pub async fn commits_and_writes(&self) -> (f64, f64) {
+        match self
+            .metrics(&["chorus_db_commits_total", "chorus_db_writes_total"])
+            .await[..]
+        {
+            [Some(commits), Some(writes)] => (commits, writes),
+            ref missing => panic!("commit metrics missing: {missing:?}"),
+        }
+    }
+}
+
 /// A value a test reads back from PostgreSQL: the query names its one column `value`.
 #[derive(diesel::QueryableByName)]
 struct SqlValue {
