@@ -248,8 +248,12 @@ fn statement_text(member_lock_wait: &str) -> String {
     // (group, user) order, the order of every write that locks several users' rows of a
     // group or several groups' rows of a user. A statement of several requests does not
     // wait for a member row another transaction holds (SKIP LOCKED): the request whose row
-    // it is goes to the general path, which waits in a transaction of its own, so requests
-    // of different users can never wait for each other in a cycle with other writes.
+    // it is goes to the general path, which waits in a transaction of its own, so a busy
+    // member row never holds up the other users' acks. The statement still waits for the
+    // device cursor and badge rows it writes, while holding its member rows; the general
+    // path can lock a device cursor before its member row (when only the device's cursor
+    // moves), so a rare cycle with it remains, which PostgreSQL breaks after its deadlock
+    // timeout (the statement's requests then go one by one through the general path).
     // The badge rows are locked in (group, device) order, as `note_reads_on_device` locks
     // one device's, before the update (which reads the lock's rows). A badge row the push
     // builder changed after the statement began (it may have told of a newer message) is
