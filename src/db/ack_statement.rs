@@ -16,7 +16,7 @@
 //! names too, and a request whose member row another write changed while the statement ran
 //! or, in a statement of several requests, holds locked (see the statement's comments).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use chrono::NaiveDateTime;
@@ -100,11 +100,14 @@ pub fn ack(
         }
         // One row per asked group (the count was checked, and the groups are distinct):
         // every ack finds its own.
+        let by_group: HashMap<i64, CursorState> = rows
+            .iter()
+            .map(|row| (row.state.group_id, row.state))
+            .collect();
         answers[r] = request
             .acks
             .iter()
-            .map(|a| rows.iter().find(|row| row.state.group_id == a.group_id))
-            .map(|row| row.map(|row| row.state))
+            .map(|a| by_group.get(&a.group_id).copied())
             .collect();
     }
     Ok((writes, answers))
