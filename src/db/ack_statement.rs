@@ -116,18 +116,29 @@ pub fn ack(
 /// The positions of the requests the statement takes: each naming its groups once, and no
 /// membership an earlier one names (two moves of one row in one statement would apply one).
 fn statement_requests(requests: &[AcksOf]) -> Vec<usize> {
-    let mut taken: HashSet<(&str, i64)> = HashSet::new();
-    let mut included = Vec::with_capacity(requests.len());
-    for (r, request) in requests.iter().enumerate() {
+    let mut taken = MembershipsTaken::default();
+    (0..requests.len())
+        .filter(|&r| taken.take(&requests[r]))
+        .collect()
+}
+
+/// The memberships that earlier requests of one statement move.
+#[derive(Default)]
+pub struct MembershipsTaken<'a>(HashSet<(&'a str, i64)>);
+
+impl<'a> MembershipsTaken<'a> {
+    /// Whether the request can join the statement: it names each group once, and none of its
+    /// memberships is taken. If so, its memberships are taken now.
+    pub fn take(&mut self, request: &'a AcksOf) -> bool {
         let Some(memberships) = request.memberships() else {
-            continue;
+            return false;
         };
-        if memberships.iter().all(|m| !taken.contains(m)) {
-            taken.extend(memberships);
-            included.push(r);
+        let free = memberships.iter().all(|m| !self.0.contains(m));
+        if free {
+            self.0.extend(memberships);
         }
+        free
     }
-    included
 }
 
 /// The statement and its values: a query diesel keeps prepared on each connection, since
@@ -253,10 +264,10 @@ fn statement_text(member_lock_wait: &str) -> String {
     // wait for a member row another transaction holds (SKIP LOCKED): the request whose row
     // it is goes to the general path, which waits in a transaction of its own, so a busy
     // member row never holds up the other users' acks. The statement still waits for the
-    // device cursor and badge rows it writes, while holding its member rows; the general
-    // path can lock a device cursor before its member row (when only the device's cursor
-    // moves), so a rare cycle with it remains, which PostgreSQL breaks after its deadlock
-    // timeout (the statement's requests then go one by one through the general path).
+    // device cursor and badge rows it writes, while holding their member rows; no cycle
+    // forms there, since every other write of those rows holds their member row first
+    // (the general path locks all of a round's member rows before anything else), except
+    // the push builder's badge writes, which hold nothing the statement waits for.
     // The badge rows are locked in (group, device) order, as `note_reads_on_device` locks
     // one device's, before the update (which reads the lock's rows). A badge row the push
     // builder changed after the statement began (it may have told of a newer message) is

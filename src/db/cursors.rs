@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use super::access::{member_of_groups, Checked, Membership, Refusal};
 use super::devices::{advance_devices, device_acks};
 use super::member_events::{record_user_events, Cause, MemberEventKind};
-use super::members::{advance_members, Advance, MemberCursorsAfter};
+use super::members::{advance_members, lock_memberships, Advance, MemberCursorsAfter};
 use super::models::MemberRow;
-use super::push_due::note_reads_on_device;
+use super::push_due::{lock_badges, note_reads_on_device};
 use super::receipts::record_changes;
 use super::unread::{above_read_in_groups, AboveRead, UnreadInputs};
 use super::AnyConnection;
@@ -117,6 +117,11 @@ fn ack_round(
     let mut order: Vec<usize> = indexes.to_vec();
     order.sort_by_key(|&i| acks[i].group_id);
     let group_ids: Vec<i64> = order.iter().map(|&i| acks[i].group_id).collect();
+    // Every membership row of the round is locked before anything else, even where only the
+    // device's cursor moves: the ack statement holds member rows while it writes their
+    // device cursor and badge rows, so a device cursor taken before its member row could
+    // wait in a cycle with it. Read after the lock, the rows are as they are now.
+    lock_memberships(conn, user_id, &group_ids)?;
     let mut memberships = member_of_groups(conn, &group_ids, user_id)?;
     let device_acks: HashMap<i64, i64> = match device {
         Some(d) => device_acks(conn, &group_ids, user_id, d)?
@@ -173,6 +178,14 @@ fn ack_round(
                 plan.state.last_ack_msg_id = acked;
             }
         }
+    }
+    if let Some(d) = device {
+        let read_in: Vec<i64> = plans
+            .iter()
+            .filter(|p| p.state.read_moved)
+            .map(|p| p.state.group_id)
+            .collect();
+        lock_badges(conn, d.as_str(), &read_in)?;
     }
     record_effects(conn, user_id, &plans, device, wakes)?;
     let above: HashMap<i64, AboveRead> = above_read_in_groups(conn, &group_ids, user_id)?

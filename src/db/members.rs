@@ -257,8 +257,11 @@ pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str
 /// [`advance_member_sql`]'s rule. Returns the cursors after the move by group; a group whose
 /// membership row is gone (removed since it was read) is missing.
 ///
-/// On PostgreSQL the rows are locked first, in group order, like every write that touches
-/// several groups.
+/// On PostgreSQL the caller has locked the rows first, with [`lock_memberships`]: under READ
+/// COMMITTED an UPDATE that waits for a row changed meanwhile (a recall of the member's own
+/// message lowering their count) updates the row as it is now but counts the messages in
+/// its subquery as they were when it started, and would subtract the recalled message a
+/// second time. An UPDATE after the lock starts after whatever the lock waited for.
 pub fn advance_members(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -267,13 +270,6 @@ pub fn advance_members(
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    // Locked by a statement of their own, even one row: under READ COMMITTED an UPDATE that
-    // waits for a row changed meanwhile (a recall of the member's own message lowering
-    // their count) updates the row as it is now but counts the messages in its subquery as
-    // they were when it started, and would subtract the recalled message a second time.
-    // The UPDATE after the lock starts after whatever it waited for.
-    let group_ids: Vec<i64> = moves.iter().map(|(group_id, _)| *group_id).collect();
-    lock_in_group_order(conn, "group_members", "user_id", user_id, &group_ids)?;
     let query = if let [(group_id, to)] = moves {
         // One group (the ack of one group): by key, its integers written into the text. The
         // join to a one-row table made single acks about a quarter slower on SQLite.
@@ -321,6 +317,17 @@ pub fn advance_members(
             (m.group_id, after)
         })
         .collect())
+}
+
+/// PostgreSQL: locks the user's membership rows of `group_ids`, in group order (see
+/// [`lock_in_group_order`]), by a statement of its own. SQLite has one writer and no row
+/// locks.
+pub fn lock_memberships(
+    conn: &mut AnyConnection,
+    user_id: &str,
+    group_ids: &[i64],
+) -> QueryResult<()> {
+    lock_in_group_order(conn, "group_members", "user_id", user_id, group_ids)
 }
 
 /// PostgreSQL: locks the rows of `table` whose `key_column` is `key` in `group_ids`, in group

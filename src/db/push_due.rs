@@ -230,9 +230,23 @@ pub(super) const LOWER_BADGES: &str =
 pub(super) const LOWER_BADGES_OF_DEVICE: &str = " WHERE push_group_state.group_id = t.g \
      AND push_group_state.notified_unread > t.unread AND push_group_state.device_id = ";
 
+/// PostgreSQL: locks the device's badge rows of `group_ids`, in group order, before the
+/// unread counts that [`note_reads_on_device`] writes are counted. A notification built
+/// meanwhile (telling of a message that arrived after the count) then waits and writes
+/// after this transaction, instead of being lowered to a count that misses its message,
+/// which no later notification would correct.
+pub fn lock_badges(
+    conn: &mut AnyConnection,
+    device_id: &str,
+    group_ids: &[i64],
+) -> QueryResult<()> {
+    lock_in_group_order(conn, "push_group_state", "device_id", device_id, group_ids)
+}
+
 /// After the device itself moved its user's read cursor in these groups: it knows each
 /// group's new unread count, so lowering its badge by push would only repeat it. One update,
-/// of no row for devices without a push target.
+/// of no row for devices without a push target. On PostgreSQL the caller has taken the rows
+/// with [`lock_badges`] before counting.
 pub fn note_reads_on_device(
     conn: &mut AnyConnection,
     device_id: &str,
@@ -240,10 +254,6 @@ pub fn note_reads_on_device(
 ) -> QueryResult<()> {
     if unread_by_group.is_empty() {
         return Ok(());
-    }
-    let group_ids: Vec<i64> = unread_by_group.iter().map(|(g, _)| g.0).collect();
-    if group_ids.len() > 1 {
-        lock_in_group_order(conn, "push_group_state", "device_id", device_id, &group_ids)?;
     }
     let rows: Vec<Vec<i64>> = unread_by_group
         .iter()

@@ -11,12 +11,11 @@
 //! named twice, a member row another write holds or changed) answers None, and its caller
 //! takes the general path, which decides it alone.
 
-use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use diesel::{PgConnection, QueryResult};
 
-use super::ack_statement::{self, AcksOf};
+use super::ack_statement::{self, AcksOf, MembershipsTaken};
 use super::cursors::CursorState;
 use super::error::DbError;
 use super::shared_statement::{SharedStatements, SharedWork};
@@ -47,19 +46,18 @@ impl SharedWork for Acks {
     /// handful of rows, so its cost grows faster than its size: many small statements in
     /// turn beat one large one.)
     fn choose(waiting: &[&AcksOf], limit: usize) -> Vec<usize> {
-        let mut named: HashSet<(&str, i64)> = HashSet::new();
+        let mut taken = MembershipsTaken::default();
         let mut acks = 0;
         let mut chosen = Vec::new();
         for (position, request) in waiting.iter().enumerate() {
             if acks >= limit {
                 break;
             }
-            let memberships = request.memberships().unwrap_or_default();
-            let fits = acks + request.acks.len() <= limit
-                && memberships.iter().all(|m| !named.contains(m));
+            // The oldest goes whatever it names (the statement leaves out a request that
+            // names a group twice, and its caller takes the general path).
+            let fits = acks + request.acks.len() <= limit && taken.take(request);
             if chosen.is_empty() || fits {
                 acks += request.acks.len();
-                named.extend(memberships);
                 chosen.push(position);
             }
         }

@@ -2,7 +2,7 @@
 //! one round trip for all of them, where each alone would pay its own.
 //!
 //! Each key (a group for sends, a lane for acks) with writes in flight has a queue and one
-//! task that drains it: the task takes the writes waiting (as many as [`SharedWork::take`]
+//! task that drains it: the task takes the writes waiting (as many as [`SharedWork::choose`]
 //! lets into one statement), stores them with one statement, answers each, and goes again
 //! while writes keep arriving. A lone write goes at once, without waiting for company; a
 //! batch forms only from the writes that queued while the previous one was being written.

@@ -26,6 +26,7 @@ on_both_engines!(
 on_postgres!(
     on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_beside_it,
     on_postgres_a_shared_ack_statement_that_times_out_answers_503_to_each_and_moves_nothing,
+    on_postgres_an_ack_waiting_for_its_member_row_holds_none_of_its_devices_rows_meanwhile,
 );
 
 /// How long the burst queues: long enough for every request to arrive, well inside SQLite's
@@ -395,6 +396,70 @@ async fn on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_b
     assert!(carol_answered > carols_row_released);
     let first = app.message_receipts("alice", group, 1, "").await;
     assert_eq!(first.body["read_count"], everyone.len());
+}
+
+/// An ack statement holds its member rows while it writes their devices' cursor rows. So an
+/// ack of the general path must take its member rows before any device cursor row: holding
+/// a phone's cursor while it waits for the member row, it would wait in a cycle with a
+/// statement holding that member row and waiting for the phone's cursor.
+async fn on_postgres_an_ack_waiting_for_its_member_row_holds_none_of_its_devices_rows_meanwhile() {
+    let app = crate::helpers::spawn_app(Engine::Postgres).await;
+    let group = app.group_with("alice", &["bob"]).await;
+    for text in ["one", "two", "three"] {
+        app.send_ok("alice", group, text).await;
+    }
+    // The laptop has read two; the phone has received one.
+    let laptop = one(&app, "bob#bob-laptop", group, json!({"last_ack_msg_id": 2})).await;
+    assert_eq!(cursors(&laptop.body), (2, 2, 1), "{:?}", laptop.body);
+    let phone = one(&app, "bob#bob-phone", group, json!({"last_ack_msg_id": 1})).await;
+    assert_eq!(cursors(&phone.body), (1, 2, 1), "{:?}", phone.body);
+
+    let bobs_row = app
+        .transaction_held(&format!(
+            "UPDATE group_members SET last_ack_msg_id = last_ack_msg_id \
+             WHERE group_id = {group} AND user_id = 'bob'"
+        ))
+        .await;
+    // The phone catches up to two (its own cursor alone: bob had two), then receives three
+    // (bob's row moves). Naming the group twice, the request takes the general path.
+    let phone_acks = app.ack_many(
+        "bob#bob-phone",
+        json!({"acks": [
+            {"group_id": group, "last_ack_msg_id": 2},
+            {"group_id": group, "last_ack_msg_id": 3}
+        ]}),
+    );
+    let phones_row = format!(
+        "SELECT last_ack_msg_id::text AS value FROM device_cursors \
+         WHERE group_id = {group} AND user_id = 'bob' AND device_id = 'bob-phone' \
+         FOR UPDATE SKIP LOCKED"
+    );
+    let while_waiting = async {
+        app.until_waiting_for_locks(1).await;
+        // A row another transaction holds is skipped: an answer means no one holds it.
+        let free = app.postgres_values(&phones_row).await;
+        bobs_row.commit().await;
+        free
+    };
+    let (answer, phones_row_while_waiting) = tokio::join!(phone_acks, while_waiting);
+
+    assert_eq!(
+        phones_row_while_waiting,
+        vec!["1".to_owned()],
+        "the phone's cursor row was free, unmoved, while the ack waited for bob's row"
+    );
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let results = &answer.body["results"];
+    assert_eq!(cursors(&results[0]), (2, 2, 1));
+    assert_eq!(cursors(&results[1]), (3, 3, 0));
+    assert_eq!(
+        cursors(&chat_row(&app, "bob#bob-phone", group).await),
+        (3, 3, 0)
+    );
+    assert_eq!(
+        cursors(&chat_row(&app, "bob#bob-laptop", group).await),
+        (2, 3, 0)
+    );
 }
 
 /// The test's trigger refuses every receipt change as a statement that ran out of time

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::helpers::{spawn_app, TestApp};
-use crate::on_both_engines;
 use crate::push_rig::{
     group_with_bobs_phone, register, rig, rig_with, taken, Timing, PATIENCE, QUICK,
 };
 use crate::spec_check::check_against_schema;
 use crate::support::engine::Engine;
 use crate::support::push_receiver::{PushReceiver, Received};
+use crate::{on_both_engines, on_postgres};
 
 /// What a machine busy with other tests may add to a bound the push rule promises.
 const SLACK: Duration = Duration::from_secs(10);
@@ -33,6 +33,10 @@ on_both_engines!(by engine:
 );
 
 on_both_engines!(bad_push_target_input_gets_json_errors_naming_the_field);
+
+on_postgres!(
+    on_postgres_a_read_waiting_for_the_phones_badge_counts_a_message_that_arrives_meanwhile,
+);
 
 async fn an_offline_device_gets_one_push_within_grace_and_interval(engine: Engine) {
     let (app, push) = rig(engine, QUICK).await;
@@ -471,4 +475,62 @@ async fn push_targets_can_be_registered_while_push_is_off() {
     assert_eq!(r.body["device_id"], "phone");
     assert_eq!(r.body["platform"], "fcm");
     assert!(r.body.get("token").is_none(), "the token is not repeated");
+}
+
+/// A notification being built holds the phone's badge row while it tells of a new message.
+/// A read on the phone waits for that row before it counts what is unread: counted before,
+/// it would miss a message that arrived while it waited, and lower the badge the
+/// notification had just raised for that message to a count without it, which no later
+/// notification corrects (the phone was told of everything).
+async fn on_postgres_a_read_waiting_for_the_phones_badge_counts_a_message_that_arrives_meanwhile() {
+    // One push per minute at most: after the first, no notification is built meanwhile.
+    let slow = Timing {
+        interval_ms: 60_000,
+        ..QUICK
+    };
+    let (app, push) = rig(Engine::Postgres, slow).await;
+    let group = group_with_bobs_phone(&app).await;
+    app.send_ok("alice", group, "one").await;
+    app.send_ok("alice", group, "two").await;
+    push.wait_for(PATIENCE, "a badge of 2", |r| {
+        taken(r).iter().any(|p| p.body["badge"] == 2)
+    })
+    .await;
+
+    let badge_row = app
+        .transaction_held(&format!(
+            "UPDATE push_group_state SET notified_unread = notified_unread \
+             WHERE device_id = 'phone' AND group_id = {group}"
+        ))
+        .await;
+    // Naming the group twice, the request takes the general path (one transaction).
+    let read = app.ack_many(
+        "bob#phone",
+        json!({"acks": [
+            {"group_id": group, "last_ack_msg_id": 2},
+            {"group_id": group, "last_ack_msg_id": 2}
+        ]}),
+    );
+    let meanwhile = async {
+        app.until_waiting_for_locks(1).await;
+        app.send_ok("alice", group, "three").await;
+        badge_row.commit().await
+    };
+    let (read, _) = tokio::join!(read, meanwhile);
+
+    assert_eq!(read.status, 200, "{:?}", read.body);
+    for result in read.body["results"].as_array().expect("results") {
+        assert_eq!(result["last_read_msg_id"], 2, "{result}");
+        assert_eq!(result["last_msg_id"], 3, "{result}");
+        assert_eq!(result["unread_count"], 1, "{result}");
+    }
+    let badge = format!(
+        "SELECT notified_unread::text AS value FROM push_group_state \
+         WHERE device_id = 'phone' AND group_id = {group}"
+    );
+    assert_eq!(
+        app.postgres_values(&badge).await,
+        vec!["1".to_owned()],
+        "the badge the server holds for the phone is its unread count"
+    );
 }
