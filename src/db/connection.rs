@@ -117,6 +117,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                 );
                 conn.batch_execute(&pragmas)
                     .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+                warn_unless_plans_are_stable(&mut conn);
                 if let Some(max_bytes) = self.sqlite_max_bytes {
                     cap_size(&mut conn, max_bytes)
                         .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
@@ -137,6 +138,35 @@ impl r2d2::ManageConnection for ConnectionManager {
             AnyConnection::Sqlite(c) => c.is_broken(),
         }
     }
+}
+
+/// Whether the linked SQLite keeps one plan per statement whatever values are bound (built
+/// with `SQLITE_ENABLE_QPSG`, which `.cargo/config.toml` asks for). Without it a cached
+/// statement with `LIMIT ?` is prepared again on every run.
+pub fn sqlite_plans_are_stable(conn: &mut diesel::SqliteConnection) -> QueryResult<bool> {
+    #[derive(diesel::QueryableByName)]
+    struct Used {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        used: bool,
+    }
+    diesel::sql_query("SELECT sqlite_compileoption_used('ENABLE_QPSG') AS used")
+        .get_result::<Used>(conn)
+        .map(|row| row.used)
+}
+
+/// Logs once per process when SQLite was built without stable plans: correct, but every
+/// query with a `LIMIT` is planned anew on each call.
+fn warn_unless_plans_are_stable(conn: &mut diesel::SqliteConnection) {
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        if let Ok(false) = sqlite_plans_are_stable(conn) {
+            tracing::warn!(
+                "the linked SQLite was built without SQLITE_ENABLE_QPSG (build Chorus from its \
+                 own directory, whose .cargo/config.toml sets LIBSQLITE3_FLAGS): queries with \
+                 a LIMIT are prepared anew on every call"
+            );
+        }
+    });
 }
 
 /// Caps the SQLite database at `max_bytes` (rounded down to whole pages, at least one). The
@@ -217,5 +247,13 @@ mod tests {
             .get_result::<CacheSize>(&mut conn)
             .expect("PRAGMA cache_size");
         assert_eq!(size.cache_size, -512, "negative: KiB, not pages");
+    }
+
+    /// The build's SQLite keeps one plan per statement (see `.cargo/config.toml`): a build
+    /// that lost the flag would still pass every other test, only slower.
+    #[test]
+    fn the_bundled_sqlite_keeps_one_plan_per_statement() {
+        let mut conn = diesel::SqliteConnection::establish(":memory:").expect("in-memory SQLite");
+        assert_eq!(sqlite_plans_are_stable(&mut conn), Ok(true));
     }
 }
