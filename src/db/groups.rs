@@ -5,6 +5,7 @@ use diesel::prelude::*;
 use super::access::{member_of, Checked};
 use super::members::{insert_joined, within_cap};
 use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
+use super::raw_sql::RawSql;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
 use crate::refuse_unless;
@@ -78,10 +79,23 @@ pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option
 /// PostgreSQL, so concurrent senders to one group queue here and ids commit in order with no
 /// gaps: a transaction that rolls back also rolls back its increment.
 pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
-    diesel::update(groups::table.find(group_id))
-        .set(groups::last_msg_id.eq(groups::last_msg_id + 1))
-        .returning(groups::last_msg_id)
-        .get_result(conn)
+    #[derive(diesel::QueryableByName)]
+    struct Allocated {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        last_msg_id: i64,
+    }
+    // Kept prepared: diesel's own UPDATE is prepared anew on every call.
+    let allocated: Vec<Allocated> = RawSql::default()
+        .sql("UPDATE groups SET last_msg_id = last_msg_id + 1 WHERE group_id = ")
+        .int(group_id)
+        .sql(" RETURNING last_msg_id")
+        .keep_prepared()
+        .load(conn)?;
+    allocated
+        .into_iter()
+        .next()
+        .map(|row| row.last_msg_id)
+        .ok_or(diesel::result::Error::NotFound)
 }
 
 /// Records that the group had a message at `at` (its place in the chat list); never moves the
@@ -91,14 +105,16 @@ pub fn touch_activity(
     group_id: i64,
     at: chrono::NaiveDateTime,
 ) -> QueryResult<()> {
-    diesel::update(
-        groups::table
-            .find(group_id)
-            .filter(groups::last_activity_at.lt(at)),
-    )
-    .set(groups::last_activity_at.eq(at))
-    .execute(conn)
-    .map(|_| ())
+    RawSql::default()
+        .sql("UPDATE groups SET last_activity_at = ")
+        .time(at)
+        .sql(" WHERE group_id = ")
+        .int(group_id)
+        .sql(" AND last_activity_at < ")
+        .time(at)
+        .keep_prepared()
+        .execute(conn)
+        .map(|_| ())
 }
 
 /// Hands back the id [`allocate_msg_id`] just gave out, in the same transaction (which still

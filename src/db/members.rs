@@ -220,13 +220,6 @@ fn forward_to(column: &str, to: i64) -> SqlLiteral<BigInt> {
     ))
 }
 
-/// `CASE WHEN <column> = from THEN to ELSE <column> END`.
-fn move_if_at(column: &str, from: i64, to: i64) -> SqlLiteral<BigInt> {
-    sql(&format!(
-        "CASE WHEN {column} = {from} THEN {to} ELSE {column} END"
-    ))
-}
-
 /// `UPDATE group_members SET …`: the one rule for moving a member's cursors forward, given
 /// SQL for where each goes (integers, or columns of a joined table whose names differ from
 /// the membership row's). Racing moves cannot lower each other, and the count of the
@@ -385,33 +378,41 @@ pub fn advance_past_own_entry(
     counted: bool,
 ) -> QueryResult<()> {
     let (previous, msg_id) = (msg_id.0 - 1, msg_id.0);
-    let added = i64::from(counted);
-    let own_after = sql::<BigInt>(&format!(
-        "CASE WHEN last_read_msg_id = {previous} THEN own_msgs_after_read \
-         ELSE own_msgs_after_read + {added} END"
-    ));
-    let cursors = (
-        group_members::own_msgs_after_read.eq(own_after),
-        group_members::last_read_msg_id.eq(move_if_at("last_read_msg_id", previous, msg_id)),
-        group_members::delivered_msg_id.eq(move_if_at("delivered_msg_id", previous, msg_id)),
-    );
-    let member = group_members::table.find((group_id.0, user_id));
-    let updated = match device {
-        None => diesel::update(member)
-            .set((
-                group_members::last_ack_msg_id.eq(move_if_at("last_ack_msg_id", previous, msg_id)),
-                cursors,
-            ))
-            .execute(conn)?,
-        Some(device) => {
-            let updated = diesel::update(member).set(cursors).execute(conn)?;
-            devices::advance_device_past_own(conn, group_id, user_id, device, MsgId(msg_id))?;
-            updated
-        }
+    // One text whatever the values, so each connection keeps it prepared. Every SET
+    // expression reads the row as it was before the update, on both engines.
+    let move_if_at = |query: RawSql, column: &str| {
+        query
+            .sql(&format!("{column} = CASE WHEN {column} = "))
+            .int(previous)
+            .sql(" THEN ")
+            .int(msg_id)
+            .sql(&format!(" ELSE {column} END"))
     };
+    let mut query = RawSql::default()
+        .sql("UPDATE group_members SET own_msgs_after_read = CASE WHEN last_read_msg_id = ")
+        .int(previous)
+        .sql(" THEN own_msgs_after_read ELSE own_msgs_after_read + ")
+        .int(i64::from(counted))
+        .sql(" END, ");
+    query = move_if_at(query, "last_read_msg_id").sql(", ");
+    query = move_if_at(query, "delivered_msg_id");
+    if device.is_none() {
+        // The default device's delivered cursor is the membership row's own.
+        query = move_if_at(query.sql(", "), "last_ack_msg_id");
+    }
+    let updated = query
+        .sql(" WHERE group_id = ")
+        .int(group_id.0)
+        .sql(" AND user_id = ")
+        .text(user_id)
+        .keep_prepared()
+        .execute(conn)?;
     if updated == 0 {
         // The sender's membership vanished between the access check and the send.
         return Err(diesel::result::Error::NotFound);
+    }
+    if let Some(device) = device {
+        devices::advance_device_past_own(conn, group_id, user_id, device, MsgId(msg_id))?;
     }
     Ok(())
 }

@@ -2,11 +2,15 @@
 //! their numbers and count always agree (PostgreSQL numbers `$n` by n, SQLite by first
 //! appearance: a query that introduces them out of order, or binds one too few, would read
 //! the wrong values on one engine and not the other).
+//!
+//! A statement is prepared anew on every run unless it says [`RawSql::keep_prepared`]: then
+//! each connection keeps it prepared, keyed by its text. On SQLite, parsing and planning a
+//! one-row write costs more than running it.
 
 use chrono::NaiveDateTime;
-use diesel::query_builder::BoxedSqlQuery;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::RunQueryDsl;
-use diesel::sql_types::{BigInt, Text, Timestamp};
+use diesel::sql_types::{BigInt, Text, Timestamp, Untyped};
 use diesel::{QueryResult, QueryableByName};
 
 use super::{AnyConnection, MultiBackend};
@@ -17,10 +21,22 @@ enum Bind {
     Timestamp(NaiveDateTime),
 }
 
-#[derive(Default)]
 pub struct RawSql {
-    text: String,
+    /// The text around the placeholders: one piece more than there are binds, the n-th
+    /// placeholder between piece n-1 and piece n.
+    pieces: Vec<String>,
     binds: Vec<Bind>,
+    keep_prepared: bool,
+}
+
+impl Default for RawSql {
+    fn default() -> Self {
+        RawSql {
+            pieces: vec![String::new()],
+            binds: Vec::new(),
+            keep_prepared: false,
+        }
+    }
 }
 
 impl RawSql {
@@ -31,7 +47,15 @@ impl RawSql {
             !text.contains('$'),
             "placeholders come from the bind methods"
         );
-        self.text.push_str(text);
+        self.push_text(text);
+        self
+    }
+
+    /// Keeps the statement prepared on each connection. Only for a statement whose text is
+    /// the same on every call (its values all bound, no list whose length varies): each
+    /// distinct text would stay prepared for the connection's lifetime.
+    pub fn keep_prepared(mut self) -> Self {
+        self.keep_prepared = true;
         self
     }
 
@@ -57,14 +81,14 @@ impl RawSql {
     /// empty (`IN ()` is an error on PostgreSQL).
     pub fn int_list(mut self, values: &[i64]) -> Self {
         debug_assert!(!values.is_empty(), "an empty IN list");
-        self.text.push('(');
+        self.push_text("(");
         for (i, &value) in values.iter().enumerate() {
             if i > 0 {
-                self.text.push_str(", ");
+                self.push_text(", ");
             }
             self = self.int(value);
         }
-        self.text.push(')');
+        self.push_text(")");
         self
     }
 
@@ -79,22 +103,27 @@ impl RawSql {
             .zip(columns)
             .map(|(n, name)| format!("column{n} AS {name}"))
             .collect();
-        self.text
-            .push_str(&format!("(SELECT {} FROM (VALUES ", names.join(", ")));
+        self.push_text(&format!("(SELECT {} FROM (VALUES ", names.join(", ")));
         for (i, row) in rows.iter().enumerate() {
             debug_assert_eq!(row.len(), columns.len(), "one value per column");
             if i > 0 {
-                self.text.push_str(", ");
+                self.push_text(", ");
             }
             self = self.int_list(row);
         }
-        self.text.push_str(&format!(") AS v) AS {alias}"));
+        self.push_text(&format!(") AS v) AS {alias}"));
         self
     }
 
+    fn push_text(&mut self, text: &str) {
+        if let Some(piece) = self.pieces.last_mut() {
+            piece.push_str(text);
+        }
+    }
+
+    /// After a bind: its placeholder ends the current piece of text.
     fn push_placeholder(mut self) -> Self {
-        let n = self.binds.len();
-        self.text.push_str(&format!("${n}"));
+        self.pieces.push(String::new());
         self
     }
 
@@ -102,30 +131,56 @@ impl RawSql {
     where
         R: QueryableByName<MultiBackend> + 'static,
     {
-        self.into_query().load(conn)
+        RunQueryDsl::load(self, conn)
     }
 
     pub fn execute(self, conn: &mut AnyConnection) -> QueryResult<usize> {
-        self.into_query().execute(conn)
+        RunQueryDsl::execute(self, conn)
     }
 
-    fn into_query(self) -> BoxedSqlQuery<'static, MultiBackend, diesel::query_builder::SqlQuery> {
-        let mut query = diesel::sql_query(self.text).into_boxed();
-        for bind in self.binds {
-            query = match bind {
-                Bind::Text(v) => query.bind::<Text, _>(v),
-                Bind::BigInt(v) => query.bind::<BigInt, _>(v),
-                Bind::Timestamp(v) => query.bind::<Timestamp, _>(v),
-            };
-        }
-        query
-    }
-
+    /// The text as PostgreSQL reads it, placeholders numbered `$1`, `$2`, ….
     #[cfg(test)]
-    pub fn as_text(&self) -> &str {
-        &self.text
+    pub fn as_text(&self) -> String {
+        let mut text = String::new();
+        for (n, piece) in self.pieces.iter().enumerate() {
+            if n > 0 {
+                text.push_str(&format!("${n}"));
+            }
+            text.push_str(piece);
+        }
+        text
     }
 }
+
+impl QueryFragment<MultiBackend> for RawSql {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
+        if !self.keep_prepared {
+            out.unsafe_to_cache_prepared();
+        }
+        for (n, piece) in self.pieces.iter().enumerate() {
+            out.push_sql(piece);
+            match self.binds.get(n) {
+                Some(Bind::Text(v)) => out.push_bind_param::<Text, _>(v)?,
+                Some(Bind::BigInt(v)) => out.push_bind_param::<BigInt, _>(v)?,
+                Some(Bind::Timestamp(v)) => out.push_bind_param::<Timestamp, _>(v)?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl QueryId for RawSql {
+    type QueryId = ();
+    // Not a type-keyed statement: diesel keys its cache by the text instead.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for RawSql {
+    type SqlType = Untyped;
+}
+
+impl RunQueryDsl<AnyConnection> for RawSql {}
 
 #[cfg(test)]
 mod tests {
