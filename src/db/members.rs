@@ -263,40 +263,31 @@ pub fn advance_members(
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    let query = if let [(group_id, to)] = moves {
-        // One group (the ack of one group): by key, its integers written into the text. The
-        // join to a one-row table made single acks about a quarter slower on SQLite.
-        let (ack, read, delivered) = (to.default_ack_to, to.read_to, to.delivered_to);
-        RawSql::default()
-            .sql(&advance_member_sql(
-                &ack.to_string(),
-                &read.to_string(),
-                &delivered.to_string(),
-            ))
-            .sql(" WHERE group_members.group_id = ")
-            .int(*group_id)
-    } else {
-        let rows: Vec<Vec<i64>> = moves
-            .iter()
-            .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
-            .collect();
-        RawSql::default()
-            .sql(&advance_member_sql(
-                "t.ack_to",
-                "t.read_to",
-                "t.delivered_to",
-            ))
-            .sql(" FROM ")
-            .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
-            .sql(" WHERE group_members.group_id = t.g")
-    };
-    let query = query
-        .sql(" AND group_members.user_id = ")
+    let rows: Vec<Vec<i64>> = moves
+        .iter()
+        .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
+        .collect();
+    let query = RawSql::default()
+        .sql(&advance_member_sql(
+            "t.ack_to",
+            "t.read_to",
+            "t.delivered_to",
+        ))
+        .sql(" FROM ")
+        .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
+        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = ")
         .text(user_id)
         .sql(
             " RETURNING group_id, last_ack_msg_id, last_read_msg_id, delivered_msg_id, \
              own_msgs_after_read",
         );
+    // One group (the ack of one group) is the same text every time: kept prepared. Other
+    // lengths are not, or a connection would keep a statement for each length it met.
+    let query = if moves.len() == 1 {
+        query.keep_prepared()
+    } else {
+        query
+    };
     let moved: Vec<MovedMember> = query.load(conn)?;
     Ok(moved
         .into_iter()

@@ -110,7 +110,7 @@ pub fn above_read_in_groups(
     if group_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<Row> = RawSql::default()
+    let query = RawSql::default()
         .sql(&format!(
             "SELECT group_members.group_id, groups.last_msg_id, \
                     group_members.own_msgs_after_read, \
@@ -121,8 +121,15 @@ pub fn above_read_in_groups(
         ))
         .text(user_id)
         .sql(" AND group_members.group_id IN ")
-        .int_list(group_ids)
-        .load(conn)?;
+        .int_list(group_ids);
+    // One group (the ack of one group) is the same text every time: kept prepared. Other
+    // lengths are not, or a connection would keep a statement for each length it met.
+    let query = if group_ids.len() == 1 {
+        query.keep_prepared()
+    } else {
+        query
+    };
+    let rows: Vec<Row> = query.load(conn)?;
     Ok(rows.into_iter().map(|r| (r.group_id, r.above)).collect())
 }
 
