@@ -264,12 +264,15 @@ fn statement_text(member_lock_wait: &str) -> String {
     // wait for a member row another transaction holds (SKIP LOCKED): the request whose row
     // it is goes to the general path, which waits in a transaction of its own, so a busy
     // member row never holds up the other users' acks. The statement still waits for the
-    // device cursor and badge rows it writes, while holding their member rows; no cycle
-    // forms there, since every other write of those rows holds their member row first
-    // (the general path locks all of a round's member rows before anything else), except
-    // the push builder's badge writes, which hold nothing the statement waits for.
-    // The badge rows are locked in (group, device) order, as `note_reads_on_device` locks
-    // one device's, before the update (which reads the lock's rows). A badge row the push
+    // device cursor and badge rows it writes, while holding their member rows. The general
+    // path takes all of a round's member rows before those (so it cannot hold a device
+    // cursor the statement waits for while waiting for a member row the statement holds),
+    // and the push builder holds nothing the statement waits for; a device's sign-out or
+    // expiry deletes its cursor and badge rows holding no member row, so a rare cycle with
+    // one of those remains, which PostgreSQL breaks after its deadlock timeout (the
+    // statement's requests then go one by one through the general path).
+    // The badge rows are locked in (group, device) order, as `lock_badges` locks one
+    // device's, before the update (which reads the lock's rows). A badge row the push
     // builder changed after the statement began (it may have told of a newer message) is
     // left as it is: lowering it to this statement's count could leave it below the unread
     // count, and the builder would never correct the phone. The `= ANY(...)` conditions let

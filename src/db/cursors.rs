@@ -3,7 +3,7 @@
 use diesel::sql_types::{BigInt, Bool};
 use diesel::{QueryResult, QueryableByName};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::access::{member_of_groups, Checked, Membership, Refusal};
 use super::devices::{advance_devices, device_acks};
@@ -179,14 +179,14 @@ fn ack_round(
             }
         }
     }
-    if let Some(d) = device {
-        let read_in: Vec<i64> = plans
-            .iter()
-            .filter(|p| p.state.read_moved)
-            .map(|p| p.state.group_id)
-            .collect();
-        lock_badges(conn, d.as_str(), &read_in)?;
-    }
+    // The device's badge rows of every group of the round, before counting: the first
+    // round names every group of the request, so the rows are taken in group order once.
+    let lowerable_badges: HashSet<i64> = match device {
+        Some(d) => lock_badges(conn, d.as_str(), &group_ids)?
+            .into_iter()
+            .collect(),
+        None => HashSet::new(),
+    };
     record_effects(conn, user_id, &plans, device, wakes)?;
     let above: HashMap<i64, AboveRead> = above_read_in_groups(conn, &group_ids, user_id)?
         .into_iter()
@@ -202,7 +202,7 @@ fn ack_round(
     if let Some(d) = device {
         let reads: Vec<(GroupId, i64)> = plans
             .iter()
-            .filter(|p| p.state.read_moved)
+            .filter(|p| p.state.read_moved && lowerable_badges.contains(&p.state.group_id))
             .map(|p| (GroupId(p.state.group_id), p.state.unread().unread_count()))
             .collect();
         note_reads_on_device(conn, d.as_str(), &reads)?;

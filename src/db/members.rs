@@ -311,25 +311,33 @@ pub fn lock_memberships(
     user_id: &str,
     group_ids: &[i64],
 ) -> QueryResult<()> {
-    lock_in_group_order(conn, "group_members", "user_id", user_id, group_ids)
+    lock_in_group_order(conn, "group_members", "user_id", user_id, group_ids).map(|_| ())
 }
 
 /// PostgreSQL: locks the rows of `table` whose `key_column` is `key` in `group_ids`, in group
-/// order. An `UPDATE … FROM (VALUES …)` locks rows in whatever order its plan reaches them,
-/// so two multi-group writes of one user could take them in opposite orders and deadlock;
-/// locking first, sorted, gives every such write the same order. SQLite has one writer and
-/// no row locks.
+/// order, and answers the groups whose rows it found (and locked). An `UPDATE … FROM (VALUES
+/// …)` locks rows in whatever order its plan reaches them, so two multi-group writes of one
+/// user could take them in opposite orders and deadlock; locking first, sorted, gives every
+/// such write the same order. SQLite has one writer and no row locks: None.
 pub(super) fn lock_in_group_order(
     conn: &mut AnyConnection,
     table: &str,
     key_column: &str,
     key: &str,
     group_ids: &[i64],
-) -> QueryResult<()> {
-    if !matches!(conn, AnyConnection::Postgresql(_)) || group_ids.is_empty() {
-        return Ok(());
+) -> QueryResult<Option<Vec<i64>>> {
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(sql_type = BigInt)]
+        group_id: i64,
     }
-    RawSql::default()
+    if !matches!(conn, AnyConnection::Postgresql(_)) {
+        return Ok(None);
+    }
+    if group_ids.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let locked: Vec<Locked> = RawSql::default()
         .sql(&format!(
             "SELECT group_id FROM {table} WHERE {key_column} = "
         ))
@@ -337,8 +345,8 @@ pub(super) fn lock_in_group_order(
         .sql(" AND group_id IN ")
         .int_list(group_ids)
         .sql(" ORDER BY group_id FOR NO KEY UPDATE")
-        .execute(conn)
-        .map(|_| ())
+        .load(conn)?;
+    Ok(Some(locked.into_iter().map(|row| row.group_id).collect()))
 }
 
 #[derive(diesel::QueryableByName)]

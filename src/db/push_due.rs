@@ -231,22 +231,28 @@ pub(super) const LOWER_BADGES_OF_DEVICE: &str = " WHERE push_group_state.group_i
      AND push_group_state.notified_unread > t.unread AND push_group_state.device_id = ";
 
 /// PostgreSQL: locks the device's badge rows of `group_ids`, in group order, before the
-/// unread counts that [`note_reads_on_device`] writes are counted. A notification built
-/// meanwhile (telling of a message that arrived after the count) then waits and writes
-/// after this transaction, instead of being lowered to a count that misses its message,
-/// which no later notification would correct.
+/// unread counts that [`note_reads_on_device`] writes are counted, and answers the groups
+/// whose badge may be lowered: those whose row it locked. A notification built meanwhile
+/// (telling of a message that arrived after the count) then waits and writes after this
+/// transaction, instead of being lowered to a count that misses its message, which no
+/// later notification would correct. A row that did not exist yet is left to whoever
+/// creates it: a notification's count is never below the unread count it was built
+/// from, and a count that turns out too high is lowered by the next one. SQLite has one
+/// writer: nothing is written between the count and the update, and every group's badge
+/// may be lowered.
 pub fn lock_badges(
     conn: &mut AnyConnection,
     device_id: &str,
     group_ids: &[i64],
-) -> QueryResult<()> {
-    lock_in_group_order(conn, "push_group_state", "device_id", device_id, group_ids)
+) -> QueryResult<Vec<i64>> {
+    let locked = lock_in_group_order(conn, "push_group_state", "device_id", device_id, group_ids)?;
+    Ok(locked.unwrap_or_else(|| group_ids.to_vec()))
 }
 
 /// After the device itself moved its user's read cursor in these groups: it knows each
 /// group's new unread count, so lowering its badge by push would only repeat it. One update,
-/// of no row for devices without a push target. On PostgreSQL the caller has taken the rows
-/// with [`lock_badges`] before counting.
+/// of no row for devices without a push target. Only groups [`lock_badges`] answered, taken
+/// before counting.
 pub fn note_reads_on_device(
     conn: &mut AnyConnection,
     device_id: &str,
