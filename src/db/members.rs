@@ -280,14 +280,9 @@ pub fn advance_members(
         .sql(
             " RETURNING group_id, last_ack_msg_id, last_read_msg_id, delivered_msg_id, \
              own_msgs_after_read",
-        );
-    // One group (the ack of one group) is the same text every time: kept prepared. Other
-    // lengths are not, or a connection would keep a statement for each length it met.
-    let query = if moves.len() == 1 {
-        query.keep_prepared()
-    } else {
-        query
-    };
+        )
+        // Kept for one group (the ack of one group), whose text is the same every time.
+        .keep_prepared();
     let moved: Vec<MovedMember> = query.load(conn)?;
     Ok(moved
         .into_iter()

@@ -27,6 +27,8 @@ pub struct RawSql {
     pieces: Vec<String>,
     binds: Vec<Bind>,
     keep_prepared: bool,
+    /// Holds a list of more than one value: its text varies with the list's length.
+    sized_by_a_list: bool,
 }
 
 impl Default for RawSql {
@@ -35,6 +37,7 @@ impl Default for RawSql {
             pieces: vec![String::new()],
             binds: Vec::new(),
             keep_prepared: false,
+            sized_by_a_list: false,
         }
     }
 }
@@ -51,9 +54,10 @@ impl RawSql {
         self
     }
 
-    /// Keeps the statement prepared on each connection. Only for a statement whose text is
-    /// the same on every call (its values all bound, no list whose length varies): each
-    /// distinct text would stay prepared for the connection's lifetime.
+    /// Keeps the statement prepared on each connection, unless it holds a list of more than
+    /// one value ([`RawSql::int_list`], [`RawSql::int_rows`]): each length would be a text of
+    /// its own, kept for the connection's lifetime. For a statement whose text is otherwise
+    /// the same on every call (its values all bound).
     pub fn keep_prepared(mut self) -> Self {
         self.keep_prepared = true;
         self
@@ -81,6 +85,7 @@ impl RawSql {
     /// empty (`IN ()` is an error on PostgreSQL).
     pub fn int_list(mut self, values: &[i64]) -> Self {
         debug_assert!(!values.is_empty(), "an empty IN list");
+        self.sized_by_a_list |= values.len() > 1;
         self.push_text("(");
         for (i, &value) in values.iter().enumerate() {
             if i > 0 {
@@ -99,6 +104,7 @@ impl RawSql {
     /// at least one row.
     pub fn int_rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<i64>]) -> Self {
         debug_assert!(!rows.is_empty(), "an empty VALUES list");
+        self.sized_by_a_list |= rows.len() > 1;
         let names: Vec<String> = (1..=columns.len())
             .zip(columns)
             .map(|(n, name)| format!("column{n} AS {name}"))
@@ -154,7 +160,7 @@ impl RawSql {
 
 impl QueryFragment<MultiBackend> for RawSql {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
-        if !self.keep_prepared {
+        if !self.keep_prepared || self.sized_by_a_list {
             out.unsafe_to_cache_prepared();
         }
         for (n, piece) in self.pieces.iter().enumerate() {
@@ -212,5 +218,20 @@ mod tests {
              AS v) AS t WHERE t.a IN ($5, $6)"
         );
         assert_eq!(q.binds.len(), 6);
+    }
+
+    #[test]
+    fn only_a_list_of_one_value_keeps_the_text_fixed() {
+        let one = RawSql::default().sql("SELECT 1 WHERE a IN ").int_list(&[7]);
+        let two = RawSql::default()
+            .sql("SELECT 1 WHERE a IN ")
+            .int_list(&[7, 8]);
+        let rows =
+            RawSql::default()
+                .sql("SELECT t.a FROM ")
+                .int_rows("t", &["a"], &[vec![1], vec![2]]);
+        assert!(!one.sized_by_a_list);
+        assert!(two.sized_by_a_list);
+        assert!(rows.sized_by_a_list);
     }
 }

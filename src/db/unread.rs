@@ -121,14 +121,9 @@ pub fn above_read_in_groups(
         ))
         .text(user_id)
         .sql(" AND group_members.group_id IN ")
-        .int_list(group_ids);
-    // One group (the ack of one group) is the same text every time: kept prepared. Other
-    // lengths are not, or a connection would keep a statement for each length it met.
-    let query = if group_ids.len() == 1 {
-        query.keep_prepared()
-    } else {
-        query
-    };
+        .int_list(group_ids)
+        // Kept for one group (the ack of one group), whose text is the same every time.
+        .keep_prepared();
     let rows: Vec<Row> = query.load(conn)?;
     Ok(rows.into_iter().map(|r| (r.group_id, r.above)).collect())
 }
