@@ -4,6 +4,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod cursor_folding;
 pub mod db;
 pub mod domain;
 pub mod logging;

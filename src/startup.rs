@@ -13,6 +13,7 @@ use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::{redact_url, Settings};
+use crate::cursor_folding;
 use crate::db::message_changes::ChangeWindows;
 use crate::db::shared_acks::SharedAcks;
 use crate::db::shared_sends::SharedSends;
@@ -132,7 +133,8 @@ fn signing_keys(settings: &Settings) -> anyhow::Result<(TokenKeys, CursorSigner)
     Ok((keys, CursorSigner::new(secret.bytes.expose_secret())))
 }
 
-/// The PostgreSQL notification listener (other instances' wake-ups) and the retention job.
+/// The PostgreSQL notification listener (other instances' wake-ups) and folding job, and the
+/// retention job.
 fn spawn_background_jobs(
     settings: &Settings,
     db_settings: &DbSettings,
@@ -144,6 +146,7 @@ fn spawn_background_jobs(
             db_settings.url.clone(),
             notifier.clone(),
         ));
+        tokio::spawn(cursor_folding::run(db.clone()));
     }
     let policy = RetentionPolicy {
         receipt_changes_secs: settings.receipt_retention_secs,

@@ -42,6 +42,16 @@ pub fn revert_all_migrations(conn: &mut AnyConnection) -> anyhow::Result<usize> 
     reverted.map_err(|e| anyhow::anyhow!("migration revert failed: {e}"))
 }
 
+/// Reverts the latest applied migration (used by tests of how a migration treats the data it
+/// finds).
+pub fn revert_last_migration(conn: &mut AnyConnection) -> anyhow::Result<()> {
+    let reverted = match conn {
+        AnyConnection::Postgresql(c) => c.revert_last_migration(POSTGRES_MIGRATIONS).map(drop),
+        AnyConnection::Sqlite(c) => c.revert_last_migration(SQLITE_MIGRATIONS).map(drop),
+    };
+    reverted.map_err(|e| anyhow::anyhow!("migration revert failed: {e}"))
+}
+
 /// True when the database answers and no migration is pending.
 pub fn is_ready(conn: &mut AnyConnection) -> bool {
     let pending = match conn {

@@ -13,6 +13,7 @@ pub mod announce;
 pub mod changes;
 pub mod chat_list;
 mod connection;
+pub mod cursor_counts;
 pub mod cursors;
 pub mod devices;
 pub mod entry_refs;
@@ -45,6 +46,6 @@ pub use connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,
 };
 pub use error::DbError;
-pub use migrations::{is_ready, revert_all_migrations, run_migrations};
+pub use migrations::{is_ready, revert_all_migrations, revert_last_migration, run_migrations};
 pub use open_failure::describe_open_failure;
 pub use pool::{Db, Pool};

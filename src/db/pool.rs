@@ -249,6 +249,30 @@ impl Db {
         }))
     }
 
+    /// PostgreSQL: runs `f` as one transaction of upkeep on a pooled connection. Upkeep
+    /// carries no client's write: it wakes no one and is not counted among the commits and
+    /// writes the metrics report, which say how clients' writes shared their commits.
+    pub async fn upkeep<T, F>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        debug_assert_eq!(
+            self.engine,
+            Engine::Postgres,
+            "SQLite writes go through its lane"
+        );
+        run_blocking(self.writer.clone(), move |conn| {
+            in_transaction(conn, |c| f(c).map(Ok::<T, Infallible>))
+        })
+        .await
+        .map(|outcome| match outcome {
+            Ok(value) => value,
+            Err(never) => match never {},
+        })
+        .inspect_err(|e| self.storage.failed(e))
+    }
+
     /// Whether [`Db::write_one_statement`] runs its statement here: PostgreSQL, serving, with
     /// the setting on.
     pub fn writes_in_one_statement(&self) -> bool {

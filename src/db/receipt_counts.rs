@@ -1,6 +1,6 @@
-//! Read receipts of messages, derived from the members' cursors with range counts on the
-//! cursor indexes, so their cost follows the members on the smaller side of each cursor, not
-//! the size of the group.
+//! Read receipts of messages, derived from the members' cursors through a histogram of them,
+//! so their cost follows how many distinct places the cursors are at, not the size of the
+//! group.
 //!
 //! No row per (message, recipient) exists: a member has read message `m` when their
 //! `last_read_msg_id >= m`, and has it delivered (to at least one of their devices) when
@@ -10,13 +10,14 @@
 //!
 //! A member's cursors start where they joined and never go back, so every member who joined
 //! after `m` also has both cursors at or above `m`. That turns each count into differences of
-//! "how many members have this cursor at or above `m`", which an index on (group, cursor)
-//! answers by reading one side of `m`: the side with fewer members on it.
+//! "how many members have this cursor at or above `m`", which [`super::cursor_counts`], a
+//! histogram of the cursors kept by triggers, answers from a few rows.
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 
+use super::cursor_counts::{CursorCounts, Tally};
 use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
@@ -29,9 +30,8 @@ pub struct ReceiptCounts {
 }
 
 /// The receipt counts of messages `msg_ids` of one sender in one group, in the order given,
-/// all read in one snapshot. A constant number of statements however many messages: the
-/// group's size and the sender's row, the counts at the newest message, and one histogram of
-/// the cursors that fall between the oldest and the newest.
+/// all read in one snapshot. Two statements however many messages: the group's size and the
+/// sender's row, and the histogram of the cursors from the oldest message up.
 pub fn receipt_counts(
     conn: &mut AnyConnection,
     group_id: GroupId,
@@ -78,10 +78,11 @@ fn counts_in_snapshot(
     ascending.sort_unstable();
     ascending.dedup();
     let standing = group_standing(conn, group_id, sender_id)?;
-    let at_or_above = CursorTallies::count(conn, group_id, standing.members, &ascending)?;
+    let (oldest, newest) = (ascending[0], ascending[ascending.len() - 1]);
+    let cursors = CursorCounts::read(conn, group_id, oldest, newest)?;
     Ok(msg_ids
         .iter()
-        .map(|m| standing.counts(m.0, &at_or_above.at(m.0)))
+        .map(|m| standing.counts(m.0, &cursors.at_or_above(m.0)))
         .collect())
 }
 
@@ -232,287 +233,4 @@ impl Standing {
             delivered_count: delivered,
         }
     }
-}
-
-/// How many members have each cursor at or above one message id.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Tally {
-    read: i64,
-    delivered: i64,
-    joined: i64,
-}
-
-/// A cursor column of `group_members` with an index on (group_id, column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cursor {
-    Read,
-    Delivered,
-    Joined,
-}
-
-const CURSORS: [Cursor; 3] = [Cursor::Read, Cursor::Delivered, Cursor::Joined];
-
-impl Cursor {
-    fn column(self) -> &'static str {
-        match self {
-            Cursor::Read => "last_read_msg_id",
-            Cursor::Delivered => "delivered_msg_id",
-            Cursor::Joined => "joined_after_msg_id",
-        }
-    }
-
-    fn of(self, tally: &mut Tally) -> &mut i64 {
-        match self {
-            Cursor::Read => &mut tally.read,
-            Cursor::Delivered => &mut tally.delivered,
-            Cursor::Joined => &mut tally.joined,
-        }
-    }
-}
-
-/// Tallies at every message id asked for: one at the newest, plus, for the older ones, how
-/// many cursors sit at each value between the oldest and the newest.
-struct CursorTallies {
-    newest: i64,
-    at_newest: Tally,
-    /// (cursor, value, members with that cursor at exactly that value), for values in
-    /// [oldest, newest).
-    between: Vec<(Cursor, i64, i64)>,
-}
-
-impl CursorTallies {
-    /// `ascending` holds distinct ids, oldest first, and is not empty.
-    fn count(
-        conn: &mut AnyConnection,
-        group_id: GroupId,
-        members: i64,
-        ascending: &[i64],
-    ) -> QueryResult<CursorTallies> {
-        let (oldest, newest) = (ascending[0], ascending[ascending.len() - 1]);
-        let at_newest = tally_at(conn, group_id, members, newest)?;
-        let between = if oldest < newest {
-            histogram(conn, group_id, oldest, newest)?
-        } else {
-            Vec::new()
-        };
-        Ok(CursorTallies {
-            newest,
-            at_newest,
-            between,
-        })
-    }
-
-    /// The tally at `msg_id`, one of the ids counted.
-    fn at(&self, msg_id: i64) -> Tally {
-        let mut tally = self.at_newest;
-        for &(cursor, value, members) in &self.between {
-            if value >= msg_id && value < self.newest {
-                *cursor.of(&mut tally) += members;
-            }
-        }
-        tally
-    }
-}
-
-/// Which side of a message id a count reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    /// Cursors at or above the id.
-    AtOrAbove,
-    Below,
-}
-
-impl Side {
-    fn other(self) -> Side {
-        match self {
-            Side::AtOrAbove => Side::Below,
-            Side::Below => Side::AtOrAbove,
-        }
-    }
-
-    fn operator(self) -> &'static str {
-        match self {
-            Side::AtOrAbove => ">=",
-            Side::Below => "<",
-        }
-    }
-}
-
-/// One count in a probe: members with `cursor` on `side` of the id, stopping at `limit`.
-#[derive(Debug, Clone, Copy)]
-struct Count {
-    cursor: Cursor,
-    side: Side,
-    limit: Option<i64>,
-}
-
-/// How many members have each cursor at or above `msg_id`. A cursor is first counted on the
-/// side it most likely has fewer members on, stopping once past half the group; only when
-/// that side holds more than half is the other side counted instead. So each cursor costs at
-/// most about half the group's index entries, and for the usual message (recent: few have
-/// read it; or old: few have not) far fewer.
-///
-/// The read cursor is counted above first: most receipts asked for are of recent messages.
-/// The delivered cursor is never below the read one, so it is counted on whichever side the
-/// read count turned out small on. Members joining after a message are few above it.
-fn tally_at(
-    conn: &mut AnyConnection,
-    group_id: GroupId,
-    members: i64,
-    msg_id: i64,
-) -> QueryResult<Tally> {
-    let half = Some(members / 2 + 1);
-    let first = |cursor: Cursor, side: Side| Count {
-        cursor,
-        side,
-        limit: half,
-    };
-    let settle = |found: i64, count: Count| match count.limit {
-        Some(limit) if found >= limit => None,
-        _ => Some(above(members, count.side, found)),
-    };
-    let read_first = first(Cursor::Read, Side::AtOrAbove);
-    let joined_first = first(Cursor::Joined, Side::AtOrAbove);
-    let found = probe(conn, group_id, msg_id, &[read_first, joined_first])?;
-    let (read, joined) = (settle(found[0], read_first), settle(found[1], joined_first));
-    let delivered_side = if read.is_some() {
-        Side::AtOrAbove
-    } else {
-        Side::Below
-    };
-    let delivered_first = first(Cursor::Delivered, delivered_side);
-    let mut second = vec![delivered_first];
-    for (settled, cursor) in [(read, Cursor::Read), (joined, Cursor::Joined)] {
-        if settled.is_none() {
-            second.push(rest(cursor, Side::AtOrAbove));
-        }
-    }
-    let found = probe(conn, group_id, msg_id, &second)?;
-    let mut tally = Tally::default();
-    for (count, n) in second.iter().zip(&found).skip(1) {
-        *count.cursor.of(&mut tally) = above(members, count.side, *n);
-    }
-    if let Some(read) = read {
-        tally.read = read;
-    }
-    if let Some(joined) = joined {
-        tally.joined = joined;
-    }
-    tally.delivered = match settle(found[0], delivered_first) {
-        Some(delivered) => delivered,
-        None => {
-            let other = rest(Cursor::Delivered, delivered_side);
-            above(
-                members,
-                other.side,
-                probe(conn, group_id, msg_id, &[other])?[0],
-            )
-        }
-    };
-    Ok(tally)
-}
-
-/// The full count of `cursor` on the side other than `crowded`.
-fn rest(cursor: Cursor, crowded: Side) -> Count {
-    Count {
-        cursor,
-        side: crowded.other(),
-        limit: None,
-    }
-}
-
-/// Members at or above the id, from `found` members on `side` of it.
-fn above(members: i64, side: Side, found: i64) -> i64 {
-    match side {
-        Side::AtOrAbove => found,
-        Side::Below => members - found,
-    }
-}
-
-/// The given counts around `msg_id`, in one statement (so in one snapshot, and one round
-/// trip), each a range of one cursor index.
-fn probe(
-    conn: &mut AnyConnection,
-    group_id: GroupId,
-    msg_id: i64,
-    counts: &[Count],
-) -> QueryResult<Vec<i64>> {
-    #[derive(QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = BigInt)]
-        i: i64,
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let mut query = RawSql::default();
-    for (i, count) in counts.iter().enumerate() {
-        if i > 0 {
-            query = query.sql(" UNION ALL ");
-        }
-        let condition = format!(" AND {} {} ", count.cursor.column(), count.side.operator());
-        query = query
-            .sql(&format!(
-                "SELECT CAST({i} AS BIGINT) AS i, (SELECT count(*) FROM \
-                 (SELECT 1 FROM group_members WHERE group_id = "
-            ))
-            .int(group_id.0)
-            .sql(&condition)
-            .int(msg_id);
-        if let Some(limit) = count.limit {
-            query = query.sql(" LIMIT ").int(limit);
-        }
-        query = query.sql(") AS t) AS n");
-    }
-    let mut rows: Vec<Row> = query.load(conn)?;
-    // UNION ALL promises no order: each row carries its count's index.
-    rows.sort_by_key(|r| r.i);
-    if rows.len() != counts.len() {
-        return Err(diesel::result::Error::NotFound);
-    }
-    Ok(rows.into_iter().map(|r| r.n).collect())
-}
-
-/// How many members have each cursor at exactly each value in [oldest, newest).
-fn histogram(
-    conn: &mut AnyConnection,
-    group_id: GroupId,
-    oldest: i64,
-    newest: i64,
-) -> QueryResult<Vec<(Cursor, i64, i64)>> {
-    #[derive(QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = BigInt)]
-        cursor_index: i64,
-        #[diesel(sql_type = BigInt)]
-        value: i64,
-        #[diesel(sql_type = BigInt)]
-        members: i64,
-    }
-    let mut query = RawSql::default();
-    for (i, cursor) in CURSORS.iter().enumerate() {
-        if i > 0 {
-            query = query.sql(" UNION ALL ");
-        }
-        let column = cursor.column();
-        query = query
-            .sql(&format!(
-                "SELECT CAST({i} AS BIGINT) AS cursor_index, {column} AS value, \
-                 count(*) AS members \
-                 FROM group_members WHERE group_id = "
-            ))
-            .int(group_id.0)
-            .sql(&format!(" AND {column} >= "))
-            .int(oldest)
-            .sql(&format!(" AND {column} < "))
-            .int(newest)
-            .sql(&format!(" GROUP BY {column}"));
-    }
-    let rows: Vec<Row> = query.load(conn)?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|r| {
-            let cursor = *CURSORS.get(usize::try_from(r.cursor_index).ok()?)?;
-            Some((cursor, r.value, r.members))
-        })
-        .collect())
 }

@@ -439,3 +439,18 @@ impl TestApp {
         }
     }
 }
+
+impl TestApp {
+    /// PostgreSQL only: waits until the folding job has folded every cursor move written so
+    /// far into the histogram of cursors.
+    pub async fn until_cursor_moves_folded(&self) {
+        let waiting = "SELECT CAST(count(*) AS TEXT) AS value FROM cursor_moves";
+        for _ in 0..200 {
+            if self.postgres_values(waiting).await == ["0"] {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("cursor moves still unfolded after 5 s");
+    }
+}

@@ -2,7 +2,11 @@
 
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
-use chorus::db::{connect_once, is_ready, revert_all_migrations, run_migrations, DbSettings};
+use chorus::db::{
+    connect_once, is_ready, revert_all_migrations, revert_last_migration, run_migrations,
+    AnyConnection, DbSettings,
+};
+use diesel::RunQueryDsl;
 
 fn round_trip(engine: Engine) {
     let db = ScratchDb::for_test(engine);
@@ -36,4 +40,81 @@ fn migrations_round_trip_on_sqlite() {
 )]
 fn migrations_round_trip_on_postgres() {
     round_trip(Engine::Postgres);
+}
+
+/// Two groups whose members stand at different places when the cursor histogram's migration
+/// runs: it counts them as they stand, so receipts are right from the first request after an
+/// upgrade.
+fn the_cursor_histogram_counts_the_members_already_there(engine: Engine) {
+    let db = ScratchDb::for_test(engine);
+    let mut conn = connect_once(&DbSettings::for_url(db.url())).unwrap();
+    run_migrations(&mut conn).unwrap();
+    for statement in [
+        "INSERT INTO groups (group_id, name, owner_id, last_msg_id, created_at, last_activity_at) \
+         VALUES (1, 'g', 'o', 9, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP), \
+                (2, 'h', 'o', 4, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
+        "INSERT INTO group_members (group_id, user_id, role, joined_after_msg_id, \
+         last_ack_msg_id, last_read_msg_id, delivered_msg_id, joined_at) VALUES \
+         (1, 'o', 'owner', 0, 9, 9, 9, CURRENT_TIMESTAMP), \
+         (1, 'a', 'member', 0, 5, 3, 5, CURRENT_TIMESTAMP), \
+         (1, 'b', 'member', 0, 5, 5, 5, CURRENT_TIMESTAMP), \
+         (1, 'c', 'member', 4, 4, 4, 4, CURRENT_TIMESTAMP), \
+         (1, 'd', 'member', 0, 0, 0, 0, CURRENT_TIMESTAMP), \
+         (2, 'o', 'owner', 0, 4, 4, 4, CURRENT_TIMESTAMP), \
+         (2, 'a', 'member', 2, 3, 2, 3, CURRENT_TIMESTAMP)",
+    ] {
+        diesel::sql_query(statement).execute(&mut conn).unwrap();
+    }
+    let histogram_exists =
+        |conn: &mut AnyConnection| sql(conn, "SELECT 1 FROM cursor_counts").is_ok();
+    let mut reverted = 0;
+    while histogram_exists(&mut conn) {
+        revert_last_migration(&mut conn).unwrap();
+        reverted += 1;
+    }
+    assert!(reverted > 0);
+    assert_eq!(run_migrations(&mut conn).unwrap(), reverted);
+
+    let kept = "SELECT group_id, msg_id, read_members, delivered_members, joined_members \
+                FROM cursor_counts";
+    let truth = "SELECT group_id, msg_id, sum(r), sum(d), sum(j) FROM ( \
+        SELECT group_id, last_read_msg_id AS msg_id, 1 AS r, 0 AS d, 0 AS j FROM group_members \
+        UNION ALL SELECT group_id, delivered_msg_id, 0, 1, 0 FROM group_members \
+        UNION ALL SELECT group_id, joined_after_msg_id, 0, 0, 1 FROM group_members) AS t \
+        GROUP BY group_id, msg_id";
+    assert_eq!(
+        sql(&mut conn, kept).unwrap(),
+        9,
+        "one row per group and place"
+    );
+    for (left, right) in [(kept, truth), (truth, kept)] {
+        let difference = format!("{left} EXCEPT {right}");
+        assert_eq!(sql(&mut conn, &difference).unwrap(), 0, "{difference}");
+    }
+}
+
+/// How many rows a query returns, or its error.
+fn sql(conn: &mut AnyConnection, query: &str) -> diesel::QueryResult<i64> {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let counted: Vec<Count> =
+        diesel::sql_query(format!("SELECT count(*) AS n FROM ({query}) AS q")).load(conn)?;
+    Ok(counted.first().map_or(0, |c| c.n))
+}
+
+#[test]
+fn the_cursor_histogram_counts_the_members_already_there_on_sqlite() {
+    the_cursor_histogram_counts_the_members_already_there(Engine::Sqlite);
+}
+
+#[test]
+#[cfg_attr(
+    not(chorus_pg_tests),
+    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
+)]
+fn the_cursor_histogram_counts_the_members_already_there_on_postgres() {
+    the_cursor_histogram_counts_the_members_already_there(Engine::Postgres);
 }

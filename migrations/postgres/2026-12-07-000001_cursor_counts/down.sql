@@ -1,0 +1,12 @@
+CREATE INDEX group_members_by_read ON group_members (group_id, last_read_msg_id);
+CREATE INDEX group_members_by_delivered ON group_members (group_id, delivered_msg_id);
+CREATE INDEX group_members_by_joined ON group_members (group_id, joined_after_msg_id);
+DROP TRIGGER group_members_cursors_removed ON group_members;
+DROP TRIGGER group_members_cursors_moved ON group_members;
+DROP TRIGGER group_members_cursors_added ON group_members;
+DROP FUNCTION group_members_cursors_removed();
+DROP FUNCTION group_members_cursors_moved();
+DROP FUNCTION group_members_cursors_added();
+DROP FUNCTION cursor_moves_append(BIGINT[], BIGINT[], BIGINT[], BIGINT[], INT[]);
+DROP TABLE cursor_moves;
+DROP TABLE cursor_counts;

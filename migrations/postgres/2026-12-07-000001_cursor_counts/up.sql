@@ -1,0 +1,98 @@
+-- Receipt counts from a histogram of the members' cursors instead of a range of an index:
+-- for each group and message id, how many members have their read cursor, their delivered
+-- cursor and their join point exactly there. "How many members have read message m" is then
+-- the sum of the rows at or above m: as many rows as distinct cursor values there, however
+-- many members share them.
+CREATE TABLE cursor_counts (
+    group_id          BIGINT NOT NULL,
+    msg_id            BIGINT NOT NULL,
+    read_members      BIGINT NOT NULL,
+    delivered_members BIGINT NOT NULL,
+    joined_members    BIGINT NOT NULL,
+    PRIMARY KEY (group_id, msg_id)
+);
+-- The rows no member's cursor is at any more, which the folding job deletes after each fold:
+-- a row per message ever read would otherwise pile up.
+CREATE INDEX cursor_counts_emptied ON cursor_counts (group_id, msg_id)
+    WHERE read_members = 0 AND delivered_members = 0 AND joined_members = 0;
+
+-- Writes do not update the histogram: its row at the newest message is the one every ack and
+-- every send of the group moves a cursor to, and a transaction that updated it would hold it
+-- until its commit, so acks and sends of one group would wait for each other (and for
+-- whatever those transactions wait for). Instead each statement that moves, adds or removes
+-- cursors appends its moves here (+1 where a cursor now is, -1 where it was), which takes no
+-- shared lock, and a background job of every instance folds them into cursor_counts in
+-- short transactions of its own. A count reads both, so it is exact at any moment.
+CREATE TABLE cursor_moves (
+    move_id           BIGSERIAL PRIMARY KEY,
+    group_id          BIGINT NOT NULL,
+    msg_id            BIGINT NOT NULL,
+    read_members      BIGINT NOT NULL,
+    delivered_members BIGINT NOT NULL,
+    joined_members    BIGINT NOT NULL
+);
+CREATE INDEX cursor_moves_by_place ON cursor_moves (group_id, msg_id);
+
+-- The moves of one statement's rows, `sign` +1 for rows as they are now, -1 as they were;
+-- summed per place, and only where they do not cancel out.
+CREATE FUNCTION cursor_moves_append(g BIGINT[], read_ids BIGINT[], delivered_ids BIGINT[],
+                                    joined_ids BIGINT[], signs INT[]) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO cursor_moves (group_id, msg_id, read_members, delivered_members, joined_members)
+    SELECT group_id, msg_id, sum(r), sum(d), sum(j)
+    FROM unnest(g, read_ids, delivered_ids, joined_ids, signs) AS t(group_id, rd, dl, jn, s),
+         LATERAL (VALUES (rd, s, 0, 0), (dl, 0, s, 0), (jn, 0, 0, s)) AS m(msg_id, r, d, j)
+    GROUP BY group_id, msg_id
+    HAVING sum(r) <> 0 OR sum(d) <> 0 OR sum(j) <> 0
+$$;
+
+CREATE FUNCTION group_members_cursors_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
+        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(1))
+    FROM added;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION group_members_cursors_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
+        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(sign))
+    FROM (SELECT group_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id, 1 AS sign
+          FROM now_at
+          UNION ALL
+          SELECT group_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id, -1
+          FROM was_at) AS rows;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION group_members_cursors_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
+        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(-1))
+    FROM removed;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER group_members_cursors_added AFTER INSERT ON group_members
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT
+    EXECUTE FUNCTION group_members_cursors_added();
+CREATE TRIGGER group_members_cursors_moved AFTER UPDATE ON group_members
+    REFERENCING OLD TABLE AS was_at NEW TABLE AS now_at FOR EACH STATEMENT
+    EXECUTE FUNCTION group_members_cursors_moved();
+CREATE TRIGGER group_members_cursors_removed AFTER DELETE ON group_members
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
+    EXECUTE FUNCTION group_members_cursors_removed();
+
+INSERT INTO cursor_counts (group_id, msg_id, read_members, delivered_members, joined_members)
+SELECT group_id, msg_id, sum(r), sum(d), sum(j)
+FROM group_members,
+     LATERAL (VALUES (last_read_msg_id, 1, 0, 0), (delivered_msg_id, 0, 1, 0),
+                     (joined_after_msg_id, 0, 0, 1)) AS m(msg_id, r, d, j)
+GROUP BY group_id, msg_id;
+
+-- Nothing else reads a range of these: without them a cursor move changes no indexed
+-- column, and PostgreSQL updates the row in place (a HOT update) again.
+DROP INDEX group_members_by_read;
+DROP INDEX group_members_by_delivered;
+DROP INDEX group_members_by_joined;
