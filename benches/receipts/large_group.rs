@@ -81,7 +81,9 @@ async fn run_large_group(
     for built in [&large, &small] {
         set_cursors(&mut conn, built).map_err(|e| format!("set cursors: {e}"))?;
     }
-    settle(&mut conn, engine).map_err(|e| format!("analyze: {e}"))?;
+    settle(&mut conn, engine)
+        .await
+        .map_err(|e| format!("analyze: {e}"))?;
     let groups = [large, small];
     let mut samples: Vec<[Vec<f64>; 2]> = OPS.iter().map(|_| [Vec::new(), Vec::new()]).collect();
     for (op, per_group) in samples.iter_mut().enumerate() {
@@ -185,14 +187,33 @@ fn set_cursors(conn: &mut AnyConnection, built: &Built) -> diesel::QueryResult<(
     Ok(())
 }
 
-/// PostgreSQL: statistics and the visibility map as a running server's autovacuum would
-/// have them after a bulk change, so plans and index-only scans are those of production.
-fn settle(conn: &mut AnyConnection, engine: Engine) -> diesel::QueryResult<()> {
-    let statement = match engine {
-        Engine::Postgres => "VACUUM ANALYZE group_members",
-        Engine::Sqlite => "ANALYZE",
+/// Statistics and, on PostgreSQL, the visibility map as a running server's autovacuum would
+/// have them after a bulk change, so plans are those of production. On PostgreSQL the cursor
+/// moves of the bulk change are first left to the server's folding job, and the dead rows
+/// folding leaves in `cursor_moves` vacuumed, as autovacuum would soon after such a burst.
+async fn settle(conn: &mut AnyConnection, engine: Engine) -> diesel::QueryResult<()> {
+    let statements: &[&str] = match engine {
+        Engine::Postgres => {
+            for _ in 0..600 {
+                let waiting =
+                    diesel::sql_query("SELECT 1 FROM cursor_moves LIMIT 1").execute(conn)?;
+                if waiting == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            &[
+                "VACUUM ANALYZE group_members",
+                "VACUUM ANALYZE cursor_moves",
+                "VACUUM ANALYZE cursor_counts",
+            ]
+        }
+        Engine::Sqlite => &["ANALYZE"],
     };
-    diesel::sql_query(statement).execute(conn).map(drop)
+    for statement in statements {
+        diesel::sql_query(*statement).execute(conn)?;
+    }
+    Ok(())
 }
 
 /// One measured operation in one group.

@@ -110,10 +110,10 @@ impl CursorCounts {
     }
 }
 
-/// PostgreSQL: folds up to `limit` of the oldest cursor moves into `cursor_counts`, then
-/// deletes the rows no cursor is at any more; returns how many moves it folded. The caller
-/// runs it in a transaction of its own, which holds the rows it updates only for these two
-/// statements. Moves another instance's fold holds are skipped, not waited for; rows are
+/// PostgreSQL: folds up to `limit` cursor moves into `cursor_counts` (any of them: moves add
+/// up the same in any order), then deletes the rows no cursor is at any more; returns how
+/// many moves it folded. The caller runs it in a transaction of its own, which holds the rows
+/// it updates only for these two statements. Moves another instance's fold holds are skipped, not waited for; rows are
 /// updated in (group, id) order, so two folds never wait for each other in a cycle.
 pub fn fold_moves(conn: &mut AnyConnection, limit: i64) -> QueryResult<i64> {
     #[derive(QueryableByName)]
@@ -123,12 +123,12 @@ pub fn fold_moves(conn: &mut AnyConnection, limit: i64) -> QueryResult<i64> {
     }
     let folded: Vec<Folded> = RawSql::default()
         .sql(
-            "WITH taken AS (DELETE FROM cursor_moves WHERE move_id IN (\
-             SELECT move_id FROM cursor_moves ORDER BY move_id LIMIT ",
+            "WITH taken AS (DELETE FROM cursor_moves WHERE ctid = ANY(ARRAY(\
+             SELECT ctid FROM cursor_moves LIMIT ",
         )
         .int(limit)
         .sql(
-            " FOR UPDATE SKIP LOCKED) \
+            " FOR UPDATE SKIP LOCKED)) \
              RETURNING group_id, msg_id, read_members, delivered_members, joined_members), \
              folded AS (INSERT INTO cursor_counts AS c \
              (group_id, msg_id, read_members, delivered_members, joined_members) \

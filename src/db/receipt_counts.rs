@@ -74,11 +74,10 @@ fn counts_in_snapshot(
     sender_id: &str,
     msg_ids: &[MsgId],
 ) -> QueryResult<Vec<ReceiptCounts>> {
-    let mut ascending: Vec<i64> = msg_ids.iter().map(|m| m.0).collect();
-    ascending.sort_unstable();
-    ascending.dedup();
+    let (oldest, newest) = (msg_ids.iter()).fold((i64::MAX, i64::MIN), |(oldest, newest), m| {
+        (oldest.min(m.0), newest.max(m.0))
+    });
     let standing = group_standing(conn, group_id, sender_id)?;
-    let (oldest, newest) = (ascending[0], ascending[ascending.len() - 1]);
     let cursors = CursorCounts::read(conn, group_id, oldest, newest)?;
     Ok(msg_ids
         .iter()

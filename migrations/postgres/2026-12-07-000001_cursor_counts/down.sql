@@ -7,6 +7,5 @@ DROP TRIGGER group_members_cursors_added ON group_members;
 DROP FUNCTION group_members_cursors_removed();
 DROP FUNCTION group_members_cursors_moved();
 DROP FUNCTION group_members_cursors_added();
-DROP FUNCTION cursor_moves_append(BIGINT[], BIGINT[], BIGINT[], BIGINT[], INT[]);
 DROP TABLE cursor_moves;
 DROP TABLE cursor_counts;

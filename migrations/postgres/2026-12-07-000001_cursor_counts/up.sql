@@ -19,12 +19,11 @@ CREATE INDEX cursor_counts_emptied ON cursor_counts (group_id, msg_id)
 -- Writes do not update the histogram: its row at the newest message is the one every ack and
 -- every send of the group moves a cursor to, and a transaction that updated it would hold it
 -- until its commit, so acks and sends of one group would wait for each other (and for
--- whatever those transactions wait for). Instead each statement that moves, adds or removes
+-- whatever those transactions wait for). Instead every write that moves, adds or removes
 -- cursors appends its moves here (+1 where a cursor now is, -1 where it was), which takes no
 -- shared lock, and a background job of every instance folds them into cursor_counts in
 -- short transactions of its own. A count reads both, so it is exact at any moment.
 CREATE TABLE cursor_moves (
-    move_id           BIGSERIAL PRIMARY KEY,
     group_id          BIGINT NOT NULL,
     msg_id            BIGINT NOT NULL,
     read_members      BIGINT NOT NULL,
@@ -33,44 +32,51 @@ CREATE TABLE cursor_moves (
 );
 CREATE INDEX cursor_moves_by_place ON cursor_moves (group_id, msg_id);
 
--- The moves of one statement's rows, `sign` +1 for rows as they are now, -1 as they were;
--- summed per place, and only where they do not cancel out.
-CREATE FUNCTION cursor_moves_append(g BIGINT[], read_ids BIGINT[], delivered_ids BIGINT[],
-                                    joined_ids BIGINT[], signs INT[]) RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO cursor_moves (group_id, msg_id, read_members, delivered_members, joined_members)
-    SELECT group_id, msg_id, sum(r), sum(d), sum(j)
-    FROM unnest(g, read_ids, delivered_ids, joined_ids, signs) AS t(group_id, rd, dl, jn, s),
-         LATERAL (VALUES (rd, s, 0, 0), (dl, 0, s, 0), (jn, 0, 0, s)) AS m(msg_id, r, d, j)
-    GROUP BY group_id, msg_id
-    HAVING sum(r) <> 0 OR sum(d) <> 0 OR sum(j) <> 0
-$$;
-
+-- Members come and go in bulk (a thousand per request): those statements append their moves
+-- summed per place, once per statement. Cursors move one member at a time or a few (an ack,
+-- a send, a shared statement of acks): a row trigger appends plain rows, cheaper per row than
+-- a statement trigger's transition tables, and a cursor update that moves nothing does not
+-- call it at all. The fold sums them either way.
 CREATE FUNCTION group_members_cursors_added() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
-        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(1))
-    FROM added;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION group_members_cursors_moved() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
-        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(sign))
-    FROM (SELECT group_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id, 1 AS sign
-          FROM now_at
-          UNION ALL
-          SELECT group_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id, -1
-          FROM was_at) AS rows;
+    INSERT INTO cursor_moves
+    SELECT group_id, msg_id, sum(r), sum(d), sum(j)
+    FROM added,
+         LATERAL (VALUES (last_read_msg_id, 1, 0, 0), (delivered_msg_id, 0, 1, 0),
+                         (joined_after_msg_id, 0, 0, 1)) AS m(msg_id, r, d, j)
+    GROUP BY group_id, msg_id;
     RETURN NULL;
 END $$;
 
 CREATE FUNCTION group_members_cursors_removed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM cursor_moves_append(array_agg(group_id), array_agg(last_read_msg_id),
-        array_agg(delivered_msg_id), array_agg(joined_after_msg_id), array_agg(-1))
-    FROM removed;
+    INSERT INTO cursor_moves
+    SELECT group_id, msg_id, sum(r), sum(d), sum(j)
+    FROM removed,
+         LATERAL (VALUES (last_read_msg_id, -1, 0, 0), (delivered_msg_id, 0, -1, 0),
+                         (joined_after_msg_id, 0, 0, -1)) AS m(msg_id, r, d, j)
+    GROUP BY group_id, msg_id;
+    RETURN NULL;
+END $$;
+
+-- A move counts the row in as it is now and out as it was. The read and delivered cursors
+-- usually move together (a send, an ack of everything): then one row at each end says so.
+CREATE FUNCTION group_members_cursors_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.last_read_msg_id = NEW.delivered_msg_id
+       AND OLD.last_read_msg_id = OLD.delivered_msg_id THEN
+        INSERT INTO cursor_moves VALUES (NEW.group_id, NEW.last_read_msg_id, 1, 1, 0),
+                                        (OLD.group_id, OLD.last_read_msg_id, -1, -1, 0);
+    ELSE
+        INSERT INTO cursor_moves VALUES (NEW.group_id, NEW.last_read_msg_id, 1, 0, 0),
+                                        (OLD.group_id, OLD.last_read_msg_id, -1, 0, 0),
+                                        (NEW.group_id, NEW.delivered_msg_id, 0, 1, 0),
+                                        (OLD.group_id, OLD.delivered_msg_id, 0, -1, 0);
+    END IF;
+    IF NEW.joined_after_msg_id <> OLD.joined_after_msg_id THEN
+        INSERT INTO cursor_moves VALUES (NEW.group_id, NEW.joined_after_msg_id, 0, 0, 1),
+                                        (OLD.group_id, OLD.joined_after_msg_id, 0, 0, -1);
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -78,7 +84,9 @@ CREATE TRIGGER group_members_cursors_added AFTER INSERT ON group_members
     REFERENCING NEW TABLE AS added FOR EACH STATEMENT
     EXECUTE FUNCTION group_members_cursors_added();
 CREATE TRIGGER group_members_cursors_moved AFTER UPDATE ON group_members
-    REFERENCING OLD TABLE AS was_at NEW TABLE AS now_at FOR EACH STATEMENT
+    FOR EACH ROW WHEN (NEW.last_read_msg_id <> OLD.last_read_msg_id
+                       OR NEW.delivered_msg_id <> OLD.delivered_msg_id
+                       OR NEW.joined_after_msg_id <> OLD.joined_after_msg_id)
     EXECUTE FUNCTION group_members_cursors_moved();
 CREATE TRIGGER group_members_cursors_removed AFTER DELETE ON group_members
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT
