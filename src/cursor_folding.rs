@@ -15,7 +15,7 @@ const INTERVAL: Duration = Duration::from_millis(200);
 
 /// Folds every move waiting, a batch per transaction, until a batch comes back short;
 /// returns how many it folded.
-pub async fn fold_waiting_moves(db: &Db) -> Result<i64, crate::db::DbError> {
+async fn fold_waiting_moves(db: &Db) -> Result<i64, crate::db::DbError> {
     let mut total = 0;
     loop {
         let folded = db.upkeep(|conn| fold_moves(conn, BATCH)).await?;

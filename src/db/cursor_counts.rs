@@ -113,8 +113,10 @@ impl CursorCounts {
 /// PostgreSQL: folds up to `limit` cursor moves into `cursor_counts` (any of them: moves add
 /// up the same in any order), then deletes the rows no cursor is at any more; returns how
 /// many moves it folded. The caller runs it in a transaction of its own, which holds the rows
-/// it updates only for these two statements. Moves another instance's fold holds are skipped, not waited for; rows are
-/// updated in (group, id) order, so two folds never wait for each other in a cycle.
+/// it updates only for these two statements. Moves another instance's fold holds are
+/// skipped, not waited for; rows are updated in (group, id) order, so two folds do not wait
+/// for each other in a cycle (should one ever, PostgreSQL fails one and the next round
+/// folds its moves).
 pub fn fold_moves(conn: &mut AnyConnection, limit: i64) -> QueryResult<i64> {
     #[derive(QueryableByName)]
     struct Folded {
@@ -142,12 +144,15 @@ pub fn fold_moves(conn: &mut AnyConnection, limit: i64) -> QueryResult<i64> {
         )
         .keep_prepared()
         .load(conn)?;
-    RawSql::default()
-        .sql(
-            "DELETE FROM cursor_counts \
-             WHERE read_members = 0 AND delivered_members = 0 AND joined_members = 0",
-        )
-        .keep_prepared()
-        .execute(conn)?;
-    Ok(folded.first().map_or(0, |f| f.moves))
+    let moves = folded.first().map_or(0, |f| f.moves);
+    if moves > 0 {
+        RawSql::default()
+            .sql(
+                "DELETE FROM cursor_counts \
+                 WHERE read_members = 0 AND delivered_members = 0 AND joined_members = 0",
+            )
+            .keep_prepared()
+            .execute(conn)?;
+    }
+    Ok(moves)
 }

@@ -244,6 +244,7 @@ async fn receipt_counts_agree_with_a_model_of_every_members_cursors(app: TestApp
     for sender in ["alice", "m09", "m01"] {
         assert_with_receipts_match(&app, &model, group, sender).await;
     }
+    assert_eq!(app.histogram_disagreements().await, 0);
 }
 
 /// Thirty members read and receive at once, each racing two acks of their own (one through
@@ -327,12 +328,18 @@ async fn receipt_counts_stay_exact_when_members_read_join_and_leave_at_once(app:
     }
     assert_receipts_match(&app, &model, group).await;
     assert_with_receipts_match(&app, &model, group, "alice").await;
+    assert_eq!(
+        app.histogram_disagreements().await,
+        0,
+        "the histogram is the members' cursors, below the messages asked of too"
+    );
     if app.engine == Engine::Postgres {
         // The moves are folded into the histogram in the background: the counts are the same
         // before (above, most likely) and after.
         app.until_cursor_moves_folded().await;
         assert_receipts_match(&app, &model, group).await;
         assert_with_receipts_match(&app, &model, group, "alice").await;
+        assert_eq!(app.histogram_disagreements().await, 0, "after the fold");
     }
 }
 

@@ -31,6 +31,9 @@ CREATE TABLE cursor_moves (
     joined_members    BIGINT NOT NULL
 );
 CREATE INDEX cursor_moves_by_place ON cursor_moves (group_id, msg_id);
+-- No key: a fold takes any rows. Logical replication (a way to move the database) needs a
+-- replica identity to carry the fold's deletes; with none it would refuse them.
+ALTER TABLE cursor_moves REPLICA IDENTITY FULL;
 
 -- Members come and go in bulk (a thousand per request): those statements append their moves
 -- summed per place, once per statement. Cursors move one member at a time or a few (an ack,

@@ -5,8 +5,10 @@
 -- many members share them.
 --
 -- Triggers keep it: every write that moves, adds or removes a member's cursors (acks, sends,
--- joins, removals, and any statement to come) counts itself. SQLite has only row triggers;
--- under its single writer they cost a few row updates each.
+-- joins, removals) counts itself. SQLite has only row triggers; under its single writer they
+-- cost a few row updates each. `INSERT OR REPLACE` into group_members would delete a row
+-- without firing its delete trigger (recursive triggers are off): no statement uses it, and
+-- none may.
 CREATE TABLE cursor_counts (
     group_id          BIGINT NOT NULL,
     msg_id            BIGINT NOT NULL,
