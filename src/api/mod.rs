@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod acks;
+pub mod compact_headers;
 pub mod dev;
 pub mod docs;
 pub mod error;
