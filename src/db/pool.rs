@@ -9,12 +9,13 @@ use diesel::prelude::*;
 use super::announce::{announce_in_transaction, Announcer};
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
+use super::gated_pool::GatedPool;
 use super::storage::StorageAlarm;
 use super::write_lane::{CommitCounters, WriteLane};
 use crate::notify::Notifier;
 use crate::wake::Wakes;
 
-pub type Pool = r2d2::Pool<ConnectionManager>;
+pub use super::gated_pool::Pool;
 
 /// The pools. On SQLite all writes go through one connection, owned by the writer lane
 /// ([`WriteLane`], group commit): several writer connections starve each other into
@@ -23,8 +24,8 @@ pub type Pool = r2d2::Pool<ConnectionManager>;
 #[derive(Clone)]
 pub struct Db {
     engine: Engine,
-    writer: Pool,
-    reader: Pool,
+    writer: GatedPool,
+    reader: GatedPool,
     /// SQLite only.
     lane: Option<WriteLane>,
     commits: Arc<CommitCounters>,
@@ -62,16 +63,18 @@ impl Db {
                 .min_idle(Some(size.min(2)))
                 .connection_timeout(settings.pool_timeout)
                 .build(ConnectionManager::new(settings))
+                .map(GatedPool::new)
         };
         let commits = Arc::new(CommitCounters::default());
         let db = match engine {
             Engine::Sqlite => {
                 let writer = build(1)?;
-                let lane =
-                    WriteLane::start(writer.clone(), settings.sqlite_write_batch, commits.clone())
-                        .map_err(|e| {
-                            DbError::Unavailable(format!("cannot start the writer: {e}"))
-                        })?;
+                let lane = WriteLane::start(
+                    writer.pool().clone(),
+                    settings.sqlite_write_batch,
+                    commits.clone(),
+                )
+                .map_err(|e| DbError::Unavailable(format!("cannot start the writer: {e}")))?;
                 Db {
                     engine,
                     writer,
@@ -110,7 +113,7 @@ impl Db {
         let announce = match (self.engine, announce) {
             (Engine::Postgres, true) => {
                 let instance = notifier.instance_id().to_owned();
-                Announce::AfterCommit(Announcer::start(self.writer.clone(), instance))
+                Announce::AfterCommit(Announcer::start(self.writer.pool().clone(), instance))
             }
             (Engine::Postgres, false) => Announce::Never,
             (Engine::Sqlite, _) => self.announce,
@@ -132,7 +135,7 @@ impl Db {
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        let result = run_blocking(self.reader.clone(), f).await;
+        let result = self.reader.run(f).await;
         if let Err(e) = &result {
             self.storage.failed(e);
         }
@@ -184,21 +187,22 @@ impl Db {
             None => {
                 let commits = self.commits.clone();
                 let announce_now = matches!(self.announce, Announce::InTransaction);
-                run_blocking(self.writer.clone(), move |conn| {
-                    let outcome = in_transaction(conn, |c| {
-                        let outcome = work(c)?;
-                        if let (Ok((_, wakes)), true) = (&outcome, announce_now) {
-                            announce_in_transaction(c, &instance, wakes)?;
+                self.writer
+                    .run(move |conn| {
+                        let outcome = in_transaction(conn, |c| {
+                            let outcome = work(c)?;
+                            if let (Ok((_, wakes)), true) = (&outcome, announce_now) {
+                                announce_in_transaction(c, &instance, wakes)?;
+                            }
+                            Ok(outcome)
+                        })?;
+                        if let Ok(done) = &outcome {
+                            commits.committed(1);
+                            after_commit(done);
                         }
                         Ok(outcome)
-                    })?;
-                    if let Ok(done) = &outcome {
-                        commits.committed(1);
-                        after_commit(done);
-                    }
-                    Ok(outcome)
-                })
-                .await
+                    })
+                    .await
             }
         }
         .inspect_err(|e| self.storage.failed(e))?;
@@ -227,20 +231,22 @@ impl Db {
         }
         let committed = self.on_commit();
         let commits = self.commits.clone();
-        let written = run_blocking(self.writer.clone(), move |conn| {
-            let AnyConnection::Postgresql(conn) = conn else {
-                return Ok(None);
-            };
-            let mut wakes = Wakes::default();
-            let (writes, written) = f(conn, &mut wakes)?;
-            if writes > 0 {
-                commits.committed(writes);
-                committed(&wakes);
-            }
-            Ok(Some((writes, written)))
-        })
-        .await
-        .inspect_err(|e| self.storage.failed(e))?;
+        let written = self
+            .writer
+            .run(move |conn| {
+                let AnyConnection::Postgresql(conn) = conn else {
+                    return Ok(None);
+                };
+                let mut wakes = Wakes::default();
+                let (writes, written) = f(conn, &mut wakes)?;
+                if writes > 0 {
+                    commits.committed(writes);
+                    committed(&wakes);
+                }
+                Ok(Some((writes, written)))
+            })
+            .await
+            .inspect_err(|e| self.storage.failed(e))?;
         Ok(written.map(|(writes, written)| {
             if writes > 0 {
                 self.storage.wrote();
@@ -262,15 +268,14 @@ impl Db {
             Engine::Postgres,
             "SQLite writes go through its lane"
         );
-        run_blocking(self.writer.clone(), move |conn| {
-            in_transaction(conn, |c| f(c).map(Ok::<T, Infallible>))
-        })
-        .await
-        .map(|outcome| match outcome {
-            Ok(value) => value,
-            Err(never) => match never {},
-        })
-        .inspect_err(|e| self.storage.failed(e))
+        self.writer
+            .run(move |conn| in_transaction(conn, |c| f(c).map(Ok::<T, Infallible>)))
+            .await
+            .map(|outcome| match outcome {
+                Ok(value) => value,
+                Err(never) => match never {},
+            })
+            .inspect_err(|e| self.storage.failed(e))
     }
 
     /// Whether [`Db::write_one_statement`] runs its statement here: PostgreSQL, serving, with
@@ -308,29 +313,16 @@ impl Db {
 
     /// Connections checked out and connections idle, summed over the pools.
     pub fn pool_state(&self) -> (u32, u32) {
-        let w = self.writer.state();
+        let w = self.writer.pool().state();
         if self.engine == Engine::Postgres {
             return (w.connections - w.idle_connections, w.idle_connections);
         }
-        let r = self.reader.state();
+        let r = self.reader.pool().state();
         (
             w.connections - w.idle_connections + r.connections - r.idle_connections,
             w.idle_connections + r.idle_connections,
         )
     }
-}
-
-async fn run_blocking<T, F>(pool: Pool, f: F) -> Result<T, DbError>
-where
-    F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(move || {
-        let mut conn = pool.get()?;
-        f(&mut conn).map_err(DbError::from)
-    })
-    .await
-    .map_err(|_| DbError::Task)?
 }
 
 /// Runs `f` in one transaction (PostgreSQL's writes), committed when it returns `Ok(Ok(_))`

@@ -8,7 +8,7 @@ use chorus::db::{
 };
 use diesel::RunQueryDsl;
 
-use crate::helpers::histogram_disagreements;
+use crate::support::histogram;
 
 fn round_trip(engine: Engine) {
     let db = ScratchDb::for_test(engine);
@@ -83,7 +83,7 @@ fn the_cursor_histogram_counts_the_members_already_there(engine: Engine) {
         9,
         "one row per group and place"
     );
-    assert_eq!(histogram_disagreements(&mut conn), 0);
+    assert_eq!(histogram::disagreements(&mut conn), 0);
 }
 
 /// How many rows a query returns, or its error.

@@ -11,6 +11,7 @@
 pub mod child_server;
 pub mod client;
 pub mod engine;
+pub mod histogram;
 pub mod http;
 pub mod machine;
 pub mod ports;

@@ -1,7 +1,8 @@
 //! SIGKILL the server again and again while senders and members are mid-request, restart it,
 //! and check that no acknowledged send was lost or stored twice, that message ids stay
-//! contiguous, that no cursor moved backwards, and that every send whose response was lost
-//! ends up stored exactly once after a retry.
+//! contiguous, that no cursor moved backwards, that every send whose response was lost
+//! ends up stored exactly once after a retry, and that the receipt counts still match the
+//! cursors.
 
 mod commits;
 // The soak reuses the clients and the verdict.
@@ -20,6 +21,7 @@ use crate::server::start_server;
 use crate::support::child_server::ChildServer;
 use crate::support::client::ApiClient;
 use crate::support::engine::Engine;
+use crate::support::histogram;
 use crate::support::scratch_db::ScratchDb;
 use commits::{CommitSampler, Commits};
 use report::{RunFacts, Tally};
@@ -122,6 +124,9 @@ async fn sigkill_during_traffic(engine: Engine) {
     let (mut server, api) = run.start("server-final.log").await;
     traffic.retry_unanswered(&api, run.seed, run.kills).await;
     let verdict = Verdict::judge(&api, &mut traffic).await;
+    // Receipt counts come from a histogram of the cursors, kept by the writes that move
+    // them: it must still match the cursors after every kill.
+    let histogram_off = histogram::disagreements_at(run.database.url()).await;
     server.kill();
 
     let tally = Tally::of(&traffic);
@@ -136,6 +141,11 @@ async fn sigkill_during_traffic(engine: Engine) {
     report::print_summary(&facts, &tally, &verdict);
     report::append_to_reliability_log(&facts, &tally, &verdict);
     assert_crash_safe(&run, &facts, &tally, &verdict);
+    assert_eq!(
+        histogram_off, 0,
+        "rows where the histogram of cursors (receipt counts) and the members' cursors \
+         disagree after the kills"
+    );
 }
 
 fn assert_crash_safe(run: &Run, facts: &RunFacts, t: &Tally, verdict: &Verdict) {
