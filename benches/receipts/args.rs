@@ -40,13 +40,15 @@ pub fn tuning() -> Tuning {
 
 pub struct Args {
     pub scenarios: Vec<Scenario>,
+    /// Waiting long-polls in `idle` (`--polls`), 10,000 by default.
+    pub idle_polls: usize,
     /// None: each scenario's default (both engines; SQLite only for `idle`).
     pub engines: Option<Vec<Engine>>,
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench receipts -- \
      [seed|group-size|idle|cross-instance|large-group|all] [--engine sqlite|postgres|both] \
-     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit]";
+     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit] [--polls N (idle)]";
 
 pub fn parse_args() -> Result<Args, String> {
     let all = vec![
@@ -59,6 +61,7 @@ pub fn parse_args() -> Result<Args, String> {
     let mut scenarios = Vec::new();
     let mut engines = None;
     let mut tuning = DEFAULT_TUNING;
+    let mut idle_polls = crate::idle::DEFAULT_IDLE_POLLS;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -87,6 +90,13 @@ pub fn parse_args() -> Result<Args, String> {
                     .ok_or("--pool-size needs a positive number")?;
             }
             "--pg-async-commit" => tuning.pg_async_commit = true,
+            "--polls" => {
+                idle_polls = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n >= crate::idle::IDLE_GROUP_SIZE)
+                    .ok_or("--polls needs a number of at least one group")?;
+            }
             "seed" => scenarios.push(Scenario::Seed),
             "group-size" => scenarios.push(Scenario::GroupSize),
             "idle" => scenarios.push(Scenario::Idle),
@@ -100,5 +110,9 @@ pub fn parse_args() -> Result<Args, String> {
         scenarios = all;
     }
     TUNING.set(tuning).map_err(|_| "parse_args called twice")?;
-    Ok(Args { scenarios, engines })
+    Ok(Args {
+        scenarios,
+        engines,
+        idle_polls,
+    })
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use crate::support::engine::Engine;
 
-pub const IDLE_USERS: usize = 10_000;
+/// Waiting polls unless `--polls` says otherwise; one user, one connection each. A process
+/// holds at most its open-file limit of sockets (`ulimit -n`), the bench and the server each.
+pub const DEFAULT_IDLE_POLLS: usize = 10_000;
 pub const IDLE_GROUP_SIZE: usize = 100;
 pub const IDLE_POLL_TIMEOUT_S: u64 = 60;
 pub const IDLE_CONNECT_CONCURRENCY: usize = 200;
@@ -23,6 +25,8 @@ pub const IDLE_STEADY_AFTER: Duration = Duration::from_secs(20);
 
 pub struct IdleResult {
     pub engine: Engine,
+    /// Polls the run set out to open.
+    pub polls: usize,
     pub rss_start: u64,
     pub rss_before: u64,
     pub rss_waiting: u64,
@@ -41,12 +45,12 @@ pub struct IdleResult {
     pub errors: String,
 }
 
-pub async fn bench(engines: &[Engine]) {
-    println!("## idle: {IDLE_USERS} concurrent idle long-polls\n");
+pub async fn bench(engines: &[Engine], polls: usize) {
+    println!("## idle: {polls} concurrent idle long-polls\n");
     println!(
         "The release binary (`cargo build --release --bin chorus`) runs as its own process \
-         (defaults: actix workers = cores, pool 8, SQLite FULL; CHORUS_LONGPOLL_MAX_TOTAL=20000, \
-         CHORUS_LOG=warn). {IDLE_USERS} users in {} groups of {IDLE_GROUP_SIZE}, each takes a \
+         (defaults: actix workers = cores, pool 8, SQLite FULL; \
+         CHORUS_LOG=warn, CHORUS_LONGPOLL_MAX_TOTAL at least 20,000). {polls} users in {} groups of {IDLE_GROUP_SIZE}, each takes a \
          `/v1/sync` cursor, then each opens one `GET /v1/sync?cursor=…&timeout_s=\
          {IDLE_POLL_TIMEOUT_S}` on its own TCP connection (raw HTTP/1.1 from tokio tasks in \
          the bench process, at most {IDLE_CONNECT_CONCURRENCY} connecting at once). RSS is \
@@ -55,12 +59,12 @@ pub async fn bench(engines: &[Engine]) {
          (the same polls still waiting). Then one message goes to one group: \
          the wake-up times of its {IDLE_GROUP_SIZE} members' polls count from just before \
          the send request.\n",
-        IDLE_USERS / IDLE_GROUP_SIZE,
+        polls / IDLE_GROUP_SIZE,
         IDLE_STEADY_AFTER.as_secs(),
     );
     for &engine in engines {
         eprintln!("== idle, {}", engine.title());
-        match run::run_idle(engine).await {
+        match run::run_idle(engine, polls).await {
             Ok(r) => report::print(&r),
             Err(skip) => println!("{}: skipped: {skip}\n", engine.title()),
         }

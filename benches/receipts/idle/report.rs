@@ -1,7 +1,7 @@
 //! The idle run's table: the server's memory and threads with the polls waiting, and how one
 //! message woke its group.
 
-use super::{IdleResult, IDLE_GROUP_SIZE, IDLE_USERS};
+use super::{IdleResult, IDLE_GROUP_SIZE};
 use crate::measure::{f2, summarize};
 use crate::support::proc_status::mib;
 
@@ -39,8 +39,8 @@ pub fn print(r: &IdleResult) {
         r.threads[0], r.threads[1], r.threads[2]
     );
     println!(
-        "| time to open all polls | {:.1} s ({} of {IDLE_USERS} written) |",
-        r.open_secs, r.opened
+        "| time to open all polls | {:.1} s ({} of {} written) |",
+        r.open_secs, r.opened, r.polls
     );
     println!(
         "| polls answered before the message (should be 0) | {} |",

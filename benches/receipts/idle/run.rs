@@ -12,7 +12,7 @@ use super::binary::build_server_binary;
 use super::raw_poll::{raw_poll, PollAnswer};
 use super::{
     IdleResult, IDLE_CONNECT_CONCURRENCY, IDLE_GROUP_SIZE, IDLE_OPEN_LIMIT, IDLE_POLL_TIMEOUT_S,
-    IDLE_SETTLE_LIMIT, IDLE_SETUP_CONCURRENCY, IDLE_STEADY_AFTER, IDLE_USERS, IDLE_WAKE_LIMIT,
+    IDLE_SETTLE_LIMIT, IDLE_SETUP_CONCURRENCY, IDLE_STEADY_AFTER, IDLE_WAKE_LIMIT,
 };
 use crate::api::{create_group, feed_cursor, send_message, CountingHttp};
 use crate::measure::{ms, signed_ms, Errors};
@@ -47,11 +47,11 @@ struct OpenPolls {
     opened: usize,
 }
 
-pub async fn run_idle(engine: Engine) -> Result<IdleResult, String> {
-    let child = start_child(engine).await?;
+pub async fn run_idle(engine: Engine, polls: usize) -> Result<IdleResult, String> {
+    let child = start_child(engine, polls).await?;
     let pid = child.server.pid();
     let rss_start = rss_kib(pid);
-    let users = create_users(&child.http).await?;
+    let users = create_users(&child.http, polls).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = rss_kib(pid);
     let threads_before = proc_status_kib(pid, "Threads:").unwrap_or(0);
@@ -85,6 +85,7 @@ pub async fn run_idle(engine: Engine) -> Result<IdleResult, String> {
     }
     Ok(IdleResult {
         engine,
+        polls: users.cursors.len(),
         rss_start,
         rss_before,
         rss_waiting,
@@ -104,19 +105,20 @@ pub async fn run_idle(engine: Engine) -> Result<IdleResult, String> {
 }
 
 /// The release binary with the production defaults, but room for every poll.
-async fn start_child(engine: Engine) -> Result<Child, String> {
+async fn start_child(engine: Engine, polls: usize) -> Result<Child, String> {
     let binary = build_server_binary()?;
     let db = match engine {
         Engine::Postgres => Some(bench_database(engine)?),
         Engine::Sqlite => None,
     };
     let data_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let max_waiters = polls.max(10_000).saturating_mul(2).to_string();
     let config = ChildConfig {
         binary: &binary,
         data_dir: data_dir.path(),
         database_url: db.as_ref().map(ScratchDb::url),
         env: &[
-            ("CHORUS_LONGPOLL_MAX_TOTAL", "20000"),
+            ("CHORUS_LONGPOLL_MAX_TOTAL", &max_waiters),
             ("CHORUS_LOG", "warn"),
         ],
     };
@@ -134,13 +136,13 @@ async fn start_child(engine: Engine) -> Result<Child, String> {
     })
 }
 
-/// [`IDLE_USERS`] users in groups of [`IDLE_GROUP_SIZE`], and a `/v1/sync` cursor each.
-async fn create_users(http: &CountingHttp) -> Result<Users, String> {
-    eprintln!("idle: {IDLE_USERS} users in groups of {IDLE_GROUP_SIZE}");
+/// `polls` users in groups of [`IDLE_GROUP_SIZE`], and a `/v1/sync` cursor each.
+async fn create_users(http: &CountingHttp, polls: usize) -> Result<Users, String> {
+    eprintln!("idle: {polls} users in groups of {IDLE_GROUP_SIZE}");
     let mint = TokenMint::new();
-    let users: Vec<String> = (0..IDLE_USERS).map(|i| format!("idle{i:05}")).collect();
+    let users: Vec<String> = (0..polls).map(|i| format!("idle{i:05}")).collect();
     let tokens: Arc<Vec<String>> = Arc::new(mint.tokens(&users));
-    let groups: Vec<Result<i64, String>> = stream::iter(0..IDLE_USERS / IDLE_GROUP_SIZE)
+    let groups: Vec<Result<i64, String>> = stream::iter(0..polls / IDLE_GROUP_SIZE)
         .map(|g| {
             let (http, tokens, users) = (http.clone(), tokens.clone(), &users);
             async move {
@@ -154,7 +156,7 @@ async fn create_users(http: &CountingHttp) -> Result<Users, String> {
         .await;
     let groups: Vec<i64> = groups.into_iter().collect::<Result<_, _>>()?;
     eprintln!("idle: a /v1/sync cursor per user");
-    let cursors: Vec<Result<String, String>> = stream::iter(0..IDLE_USERS)
+    let cursors: Vec<Result<String, String>> = stream::iter(0..polls)
         .map(|i| {
             let (http, tokens) = (http.clone(), tokens.clone());
             async move { feed_cursor(&http, &tokens[i], "/v1/sync").await }
@@ -173,12 +175,13 @@ async fn create_users(http: &CountingHttp) -> Result<Users, String> {
 /// One `GET /v1/sync` per user on its own connection; returns once all are written or
 /// [`IDLE_OPEN_LIMIT`] has passed.
 async fn open_polls(port: u16, users: &Users) -> OpenPolls {
-    eprintln!("idle: opening {IDLE_USERS} long-polls");
+    let polls = users.cursors.len();
+    eprintln!("idle: opening {polls} long-polls");
     let permits = Arc::new(tokio::sync::Semaphore::new(IDLE_CONNECT_CONCURRENCY));
     let opened = Arc::new(AtomicUsize::new(0));
     let (answers_tx, answers) = tokio::sync::mpsc::unbounded_channel::<PollAnswer>();
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(IDLE_USERS);
+    let mut tasks = Vec::with_capacity(polls);
     for (user, cursor) in users.cursors.iter().enumerate() {
         let request = format!(
             "GET /v1/sync?cursor={cursor}&timeout_s={IDLE_POLL_TIMEOUT_S} HTTP/1.1\r\n\
@@ -196,7 +199,7 @@ async fn open_polls(port: u16, users: &Users) -> OpenPolls {
         }));
     }
     drop(answers_tx);
-    while opened.load(Ordering::Relaxed) < IDLE_USERS && started.elapsed() < IDLE_OPEN_LIMIT {
+    while opened.load(Ordering::Relaxed) < polls && started.elapsed() < IDLE_OPEN_LIMIT {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     OpenPolls {
