@@ -131,7 +131,8 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_POOL_SIZE", default_value_t = defaults::POOL_SIZE, global = true)]
     pub pool_size: u32,
 
-    /// How long a request waits for a database connection before it gets 503.
+    /// How long requests wait for a database connection while the pool hands none out
+    /// before they get 503 (a busy pool serves its queue in order instead).
     #[arg(long, env = "CHORUS_POOL_TIMEOUT_MS", default_value_t = defaults::POOL_TIMEOUT_MS, global = true)]
     pub pool_timeout_ms: u64,
 

@@ -153,13 +153,9 @@ impl Db {
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        let outcome = self
-            .write_checked(move |conn, wakes| f(conn, wakes).map(Ok::<T, Infallible>))
-            .await?;
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(never) => match never {},
-        }
+        self.write_checked(move |conn, wakes| f(conn, wakes).map(Ok::<T, Infallible>))
+            .await
+            .map(never_refused)
     }
 
     /// [`Db::write`] for a write that may refuse (say, the caller is not a member): a refusal
@@ -255,26 +251,22 @@ impl Db {
         }))
     }
 
-    /// PostgreSQL: runs `f` as one transaction of upkeep on a pooled connection. Upkeep
-    /// carries no client's write: it wakes no one and is not counted among the commits and
-    /// writes the metrics report, which say how clients' writes shared their commits.
+    /// Runs `f` as one transaction of upkeep. On PostgreSQL it runs on a pooled connection,
+    /// wakes no one and is not counted among the commits and writes the metrics report, which
+    /// say how clients' writes shared their commits. On SQLite, whose writes all go through
+    /// the writer lane, it is a write like any other.
     pub async fn upkeep<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        debug_assert_eq!(
-            self.engine,
-            Engine::Postgres,
-            "SQLite writes go through its lane"
-        );
+        if self.engine == Engine::Sqlite {
+            return self.write(move |conn, _wakes| f(conn)).await;
+        }
         self.writer
             .run(move |conn| in_transaction(conn, |c| f(c).map(Ok::<T, Infallible>)))
             .await
-            .map(|outcome| match outcome {
-                Ok(value) => value,
-                Err(never) => match never {},
-            })
+            .map(never_refused)
             .inspect_err(|e| self.storage.failed(e))
     }
 
@@ -322,6 +314,14 @@ impl Db {
             w.connections - w.idle_connections + r.connections - r.idle_connections,
             w.idle_connections + r.idle_connections,
         )
+    }
+}
+
+/// The value of a write that has no refusal to make.
+fn never_refused<T>(outcome: Result<T, Infallible>) -> T {
+    match outcome {
+        Ok(value) => value,
+        Err(never) => match never {},
     }
 }
 
