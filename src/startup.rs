@@ -225,10 +225,11 @@ fn build_server(
             .app_data(extract::json_config())
             .app_data(extract::query_config())
             .app_data(extract::path_config())
+            .wrap(actix_web::middleware::from_fn(metrics::observe))
+            // Outermost, so that it runs first, while the request head has no other owner.
             .wrap(actix_web::middleware::from_fn(
                 api::compact_headers::compact,
             ))
-            .wrap(actix_web::middleware::from_fn(metrics::observe))
             .configure(api::configure)
             .default_service(web::to(extract::route_not_found))
     })

@@ -76,7 +76,7 @@ mod tests {
     }
 
     #[test]
-    fn a_map_already_its_size_and_an_empty_one_are_left_alone() {
+    fn a_map_already_its_size_is_left_alone_and_an_empty_one_stays_empty() {
         let mut small = HeaderMap::with_capacity(2);
         small.insert(HOST, header("h"));
         let capacity = small.capacity();

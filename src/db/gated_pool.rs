@@ -9,9 +9,10 @@
 //! permits as connections: the calls past the pool's size wait in the pool itself, on
 //! threads already running, so a connection given back is taken again at once.
 //!
-//! How long a call waits: a pool that hands out no connection for the pool's
-//! `connection_timeout` is stuck (the database is down, or every connection is held by a slow
-//! statement), and the calls waiting then fail as unavailable, as the pool's own wait would.
+//! How long a call waits: a pool that neither hands a connection out nor gets one back for
+//! the pool's `connection_timeout` is stuck (the database is down, or every connection is
+//! held by a slow statement), and the calls waiting then fail as unavailable, as the pool's
+//! own wait would.
 //! A pool that is handing connections out is only busy, and its queue keeps waiting: a burst
 //! drains in order instead of failing the calls at its tail, and a call whose client gives up
 //! leaves the queue with its request.
@@ -33,13 +34,40 @@ pub struct GatedPool {
     pool: Pool,
     /// Twice as many permits as `pool` has connections; clones share them.
     gate: Arc<Semaphore>,
-    /// Connections handed out and given back so far: the gate's sign that the pool is busy,
-    /// not stuck.
-    progress: Arc<AtomicU64>,
+    /// When the pool last handed a connection out or was given one back: the sign that it
+    /// is busy, not stuck.
+    progress: Arc<ProgressClock>,
 }
 
-/// What a call that the gate gave up on fails with (r2d2's words for its own wait).
+/// What a call fails with when the pool made no progress in time (r2d2's words for its wait).
 const NO_CONNECTION: &str = "timed out waiting for connection";
+
+/// The last moment of progress, as nanoseconds since the clock was made.
+struct ProgressClock {
+    origin: Instant,
+    last_nanos: AtomicU64,
+}
+
+impl ProgressClock {
+    fn new() -> ProgressClock {
+        ProgressClock {
+            origin: Instant::now(),
+            last_nanos: AtomicU64::new(0),
+        }
+    }
+
+    fn tick(&self) {
+        let now = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_nanos.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// When a call that began waiting at `since` gives up: `limit` after the later of that
+    /// and the last progress.
+    fn give_up_at(&self, since: Instant, limit: Duration) -> Instant {
+        let last = self.origin + Duration::from_nanos(self.last_nanos.load(Ordering::Relaxed));
+        since.max(last) + limit
+    }
+}
 
 impl GatedPool {
     pub fn new(pool: Pool) -> GatedPool {
@@ -47,7 +75,7 @@ impl GatedPool {
         GatedPool {
             pool,
             gate: Arc::new(Semaphore::new(permits)),
-            progress: Arc::default(),
+            progress: Arc::new(ProgressClock::new()),
         }
     }
 
@@ -57,57 +85,58 @@ impl GatedPool {
         &self.pool
     }
 
-    /// Runs `f` on a blocking thread with a connection of the pool, once one is free.
+    /// Runs `f` on a blocking thread with a connection of the pool, once one is free. Waits
+    /// in arrival order while the pool makes progress; fails as unavailable once it has made
+    /// none for the pool's `connection_timeout`, in the queue or in the pool's own wait.
     pub async fn run<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
         T: Send + 'static,
     {
-        let (permit, pool_wait) = self.permit().await?;
+        let since = Instant::now();
+        let limit = self.pool.connection_timeout();
+        let permit = self.permit(since, limit).await?;
         let (pool, progress) = (self.pool.clone(), self.progress.clone());
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let mut conn = pool.get_timeout(pool_wait)?;
-            progress.fetch_add(1, Ordering::Relaxed);
+            let mut conn = loop {
+                let give_up_at = progress.give_up_at(since, limit);
+                let left = give_up_at.saturating_duration_since(Instant::now());
+                match pool.get_timeout(left) {
+                    Ok(conn) => break conn,
+                    // The pool does not queue: a newcomer may have taken the connection this
+                    // call was woken for. Busy, not stuck, while progress moves the deadline.
+                    Err(_) if progress.give_up_at(since, limit) > give_up_at => {}
+                    Err(e) => return Err(DbError::from(e)),
+                }
+            };
+            progress.tick();
             let outcome = f(&mut conn).map_err(DbError::from);
             drop(conn);
-            progress.fetch_add(1, Ordering::Relaxed);
+            progress.tick();
             outcome
         })
         .await
         .map_err(|_| DbError::Task)?
     }
 
-    /// A place among the calls that hold a connection or wait in the pool for one, and how
-    /// long the pool's own wait may then take. Waits in arrival order while the pool makes
-    /// progress; fails once it has made none for the pool's `connection_timeout`. A call that
-    /// got its place without seeing progress has only the rest of that timeout left for the
-    /// pool, so a stuck pool answers every call within the timeout.
-    async fn permit(&self) -> Result<(OwnedSemaphorePermit, Duration), DbError> {
-        let limit = self.pool.connection_timeout();
-        let mut stalled_since = Instant::now();
-        let mut saw_progress = false;
+    /// A place among the calls that hold a connection or wait in the pool for one.
+    async fn permit(
+        &self,
+        since: Instant,
+        limit: Duration,
+    ) -> Result<OwnedSemaphorePermit, DbError> {
         let acquire = self.gate.clone().acquire_owned();
         tokio::pin!(acquire);
         loop {
-            let progress = self.progress.load(Ordering::Relaxed);
-            let waited = tokio::time::timeout(limit, &mut acquire).await;
-            saw_progress |= self.progress.load(Ordering::Relaxed) != progress;
-            match waited {
-                Ok(Ok(permit)) if saw_progress => return Ok((permit, limit)),
-                Ok(Ok(permit)) => {
-                    return Ok((permit, limit.saturating_sub(stalled_since.elapsed())));
-                }
+            let give_up_at = self.progress.give_up_at(since, limit);
+            match tokio::time::timeout_at(give_up_at.into(), &mut acquire).await {
+                Ok(Ok(permit)) => return Ok(permit),
                 // The gate is never closed.
                 Ok(Err(_closed)) => return Err(DbError::Task),
-                Err(_elapsed) if !saw_progress => {
-                    return Err(DbError::Unavailable(NO_CONNECTION.into()));
-                }
-                // Busy, not stuck: keep the place in the queue and watch the next round.
-                Err(_elapsed) => {
-                    saw_progress = false;
-                    stalled_since = Instant::now();
-                }
+                // Progress moved the deadline while this call waited: keep its place.
+                Err(_elapsed) if self.progress.give_up_at(since, limit) > give_up_at => {}
+                Err(_elapsed) => return Err(DbError::Unavailable(NO_CONNECTION.into())),
             }
         }
     }
@@ -120,15 +149,20 @@ mod tests {
     use super::*;
     use crate::db::connection::DbSettings;
 
-    /// A pool of one connection to a new SQLite file, which waits `timeout` for it.
+    /// A pool of one connection to a new SQLite file, which waits `timeout` for it. The
+    /// connection is opened first, with time to spare on a loaded machine.
     fn pool_of_one(dir: &tempfile::TempDir, timeout: Duration) -> GatedPool {
         let path = dir.path().join("gate.sqlite3");
         let settings = DbSettings::for_url(&path.to_string_lossy());
         let pool = r2d2::Pool::builder()
             .max_size(1)
+            .min_idle(Some(0))
             .connection_timeout(timeout)
-            .build(ConnectionManager::new(&settings))
-            .expect("open the pool");
+            .build_unchecked(ConnectionManager::new(&settings));
+        drop(
+            pool.get_timeout(Duration::from_secs(30))
+                .expect("open the connection"),
+        );
         GatedPool::new(pool)
     }
 
@@ -191,16 +225,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_busy_pool_serves_its_whole_queue_however_long_the_queue_takes() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let timeout = Duration::from_millis(150);
+        let timeout = Duration::from_millis(400);
         let gated = pool_of_one(&dir, timeout);
         let started = Instant::now();
-        let calls: Vec<_> = (0..12)
+        let calls: Vec<_> = (0..16)
             .map(|call| {
                 let gated = gated.clone();
                 tokio::spawn(async move {
                     gated
                         .run(move |_conn| {
-                            std::thread::sleep(Duration::from_millis(50));
+                            std::thread::sleep(Duration::from_millis(100));
                             Ok(call)
                         })
                         .await
@@ -214,8 +248,8 @@ mod tests {
         {
             assert_eq!(answer.expect("call task").expect("served"), call);
         }
-        // Twelve calls of 50 ms on one connection: the last waited four timeouts.
-        assert!(started.elapsed() >= 4 * timeout);
+        // Sixteen calls of 100 ms on one connection: the last waited about four timeouts.
+        assert!(started.elapsed() >= 3 * timeout);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
