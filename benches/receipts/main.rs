@@ -84,12 +84,8 @@ async fn run(args: Args) {
             Scenario::Seed => seed::bench(args.engines.as_ref().unwrap_or(&both)).await,
             Scenario::GroupSize => group_size::bench(args.engines.as_ref().unwrap_or(&both)).await,
             Scenario::Idle => {
-                let engines = args
-                    .engines
-                    .as_ref()
-                    .unwrap_or(&vec![Engine::Sqlite])
-                    .clone();
-                idle::bench(&engines, args.idle_polls).await
+                let engines = args.engines.as_deref().unwrap_or(&[Engine::Sqlite]);
+                idle::bench(engines, args.idle_polls).await
             }
             Scenario::CrossInstance => {
                 cross_instance::bench(args.engines.as_ref().unwrap_or(&both)).await

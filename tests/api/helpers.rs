@@ -454,9 +454,7 @@ impl TestApp {
         }
         panic!("cursor moves still unfolded after 5 s");
     }
-}
 
-impl TestApp {
     /// [`histogram::disagreements`] in the test's database, read on a connection of its own.
     pub async fn histogram_disagreements(&self) -> i64 {
         histogram::disagreements_at(&self.database_url).await
