@@ -164,7 +164,9 @@ impl Announcer {
             let pool = pool.clone();
             let sent = tokio::task::spawn_blocking(move || {
                 let mut conn = pool.get().map_err(|e| e.to_string())?;
-                notify_all(&mut conn, payloads).map_err(|e| e.to_string())
+                let sent = notify_all(&mut conn, payloads);
+                conn.record(&sent);
+                sent.map_err(|e| e.to_string())
             })
             .await
             .unwrap_or_else(|_| Err("the announcement task failed".to_owned()));

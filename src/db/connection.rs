@@ -7,6 +7,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 
+use super::pooled_connection::PooledConnection;
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SqliteSync {
     /// Every commit reaches the disk before the client hears 2xx (survives power loss).
@@ -84,11 +86,9 @@ impl ConnectionManager {
     }
 }
 
-impl r2d2::ManageConnection for ConnectionManager {
-    type Connection = AnyConnection;
-    type Error = diesel::ConnectionError;
-
-    fn connect(&self) -> Result<AnyConnection, diesel::ConnectionError> {
+impl ConnectionManager {
+    /// Opens and sets up one connection.
+    fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
             Engine::Postgres => {
                 let mut conn = diesel::PgConnection::establish(&self.url)?;
@@ -126,14 +126,29 @@ impl r2d2::ManageConnection for ConnectionManager {
             }
         }
     }
+}
 
-    fn is_valid(&self, conn: &mut AnyConnection) -> Result<(), diesel::ConnectionError> {
-        conn.batch_execute("SELECT 1")
-            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = PooledConnection;
+    type Error = diesel::ConnectionError;
+
+    fn connect(&self) -> Result<PooledConnection, diesel::ConnectionError> {
+        self.open().map(PooledConnection::opened)
     }
 
-    fn has_broken(&self, conn: &mut AnyConnection) -> bool {
-        match conn {
+    /// The check-out test, skipped for a connection that proved to work moments ago (see
+    /// [`PooledConnection`]).
+    fn is_valid(&self, conn: &mut PooledConnection) -> Result<(), diesel::ConnectionError> {
+        if conn.recently_proven() {
+            return Ok(());
+        }
+        let tested = conn.batch_execute("SELECT 1");
+        conn.record(&tested);
+        tested.map_err(diesel::ConnectionError::CouldntSetupConfiguration)
+    }
+
+    fn has_broken(&self, conn: &mut PooledConnection) -> bool {
+        match &mut **conn {
             AnyConnection::Postgresql(c) => c.is_broken(),
             AnyConnection::Sqlite(c) => c.is_broken(),
         }
@@ -216,14 +231,12 @@ impl DbSettings {
 
 /// Opens a single connection outside any pool (start-up, `chorus migrate`).
 pub fn connect_once(settings: &DbSettings) -> Result<AnyConnection, diesel::ConnectionError> {
-    use r2d2::ManageConnection;
-    ConnectionManager::new(settings).connect()
+    ConnectionManager::new(settings).open()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use r2d2::ManageConnection;
 
     #[derive(diesel::QueryableByName)]
     struct CacheSize {
@@ -240,7 +253,7 @@ mod tests {
             ..DbSettings::for_url(&url)
         };
         let manager = ConnectionManager::new(&settings);
-        let Ok(AnyConnection::Sqlite(mut conn)) = manager.connect() else {
+        let Ok(AnyConnection::Sqlite(mut conn)) = manager.open() else {
             panic!("a SQLite connection to {url}");
         };
         let size = diesel::sql_query("PRAGMA cache_size")

@@ -111,10 +111,11 @@ impl GatedPool {
                 }
             };
             progress.tick();
-            let outcome = f(&mut conn).map_err(DbError::from);
+            let outcome = f(&mut conn);
+            conn.record(&outcome);
             drop(conn);
             progress.tick();
-            outcome
+            outcome.map_err(DbError::from)
         })
         .await
         .map_err(|_| DbError::Task)?

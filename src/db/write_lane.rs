@@ -173,7 +173,9 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
         Ok(conn) => conn,
         Err(e) => return fail_all(batch, &DbError::from(e)),
     };
-    if let Err(e) = begin_immediate(&mut conn) {
+    let begun = begin_immediate(&mut conn);
+    conn.record(&begun);
+    if let Err(e) = begun {
         return fail_all(batch, &DbError::Query(e));
     }
     let mut ran: Vec<Ran> = Vec::with_capacity(batch.len());
@@ -194,6 +196,7 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
         }
     }
     let committed = Manager::commit_transaction(&mut conn);
+    conn.record(&committed);
     match committed {
         Ok(()) => counters.committed(ran.len()),
         Err(_) => {

@@ -1,0 +1,96 @@
+//! A pooled connection with the last moment it was known to work, so the pool's check-out
+//! test runs only when there is reason to doubt it.
+//!
+//! r2d2 tests a connection each time it hands it out (`SELECT 1`, one round trip). On
+//! PostgreSQL under load that doubled the statements of short requests: in a receipt storm
+//! 44% of all statements were the test, each a round trip that wakes a database process on a
+//! machine whose cores were already the limit. A connection used without error moments ago
+//! works now as surely as the test would say (the test cannot rule out the server dying an
+//! instant later either), so the test is skipped for [`ALIVE_WITHOUT_TEST`] after the last
+//! proof: a test passed, or a call that got no database error. Any error makes the next
+//! check-out test it again, so a connection that a database restart broke fails at most the
+//! one call that found out, and the pool then replaces it. The same rule as HikariCP's
+//! `aliveBypassWindowMs`, and the same 500 ms.
+
+use std::ops::{Deref, DerefMut};
+use std::time::{Duration, Instant};
+
+use super::connection::AnyConnection;
+
+/// How long after the last proof that a connection works the check-out test is skipped.
+pub const ALIVE_WITHOUT_TEST: Duration = Duration::from_millis(500);
+
+pub struct PooledConnection {
+    conn: AnyConnection,
+    /// When the connection last proved to work; None once a call on it failed.
+    proven_at: Option<Instant>,
+}
+
+impl PooledConnection {
+    /// A connection just opened, which proved to work by opening.
+    pub fn opened(conn: AnyConnection) -> PooledConnection {
+        PooledConnection {
+            conn,
+            proven_at: Some(Instant::now()),
+        }
+    }
+
+    /// Whether the check-out test may be skipped.
+    pub fn recently_proven(&self) -> bool {
+        self.proven_at
+            .is_some_and(|at| at.elapsed() < ALIVE_WITHOUT_TEST)
+    }
+
+    /// Records what a use of the connection showed: an outcome without error proves it
+    /// works, an error (whatever its cause) makes the next check-out test it.
+    pub fn record<T, E>(&mut self, outcome: &Result<T, E>) {
+        self.proven_at = outcome.is_ok().then(Instant::now);
+    }
+}
+
+impl Deref for PooledConnection {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        &self.conn
+    }
+}
+
+impl DerefMut for PooledConnection {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.conn
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::Connection;
+
+    use super::*;
+
+    fn sqlite() -> PooledConnection {
+        let conn = diesel::SqliteConnection::establish(":memory:").expect("in-memory SQLite");
+        PooledConnection::opened(AnyConnection::Sqlite(conn))
+    }
+
+    #[test]
+    fn a_connection_is_trusted_for_a_while_after_each_proof_and_never_after_an_error() {
+        let mut conn = sqlite();
+        assert!(conn.recently_proven(), "opening proves it");
+
+        conn.record(&Err::<(), _>("a failed call"));
+        assert!(
+            !conn.recently_proven(),
+            "an error: test it on the next check-out"
+        );
+
+        conn.record(&Ok::<_, ()>(()));
+        assert!(
+            conn.recently_proven(),
+            "a call without error proves it again"
+        );
+
+        conn.proven_at = Some(Instant::now() - ALIVE_WITHOUT_TEST);
+        assert!(!conn.recently_proven(), "the proof has run out");
+    }
+}
