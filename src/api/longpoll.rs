@@ -310,33 +310,20 @@ async fn wait_for_changes<T: Send + 'static>(
     state: &AppState,
     user: &AuthUser,
     feed: Feed,
-    mut cursor: FeedPosition,
+    cursor: FeedPosition,
     limit: i64,
     timeout: Duration,
     fetch: Fetch<T>,
 ) -> Result<Page<T>, ApiError> {
-    // Register before the first read: a change that commits after the read still wakes us.
-    let mut registration = register(state, user, feed).await?;
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut first_read = true;
+    let done = || timeout.is_zero() || state.notifier.is_shutting_down();
+    let (mut registration, page) =
+        register_and_read(state, user, feed, cursor, limit, fetch).await?;
+    if !page.items.is_empty() || page.has_more || done() {
+        return Ok(page);
+    }
+    let mut cursor = page.next;
     loop {
-        let (caller, current) = (user.clone(), cursor.clone());
-        let read = state
-            .db
-            .read(move |conn| fetch(conn, &caller, &current, limit))
-            .await;
-        let done = timeout.is_zero() || state.notifier.is_shutting_down();
-        match read {
-            Ok(page) if !page.items.is_empty() || page.has_more || done => return Ok(page),
-            Ok(page) => cursor = page.next,
-            // A waiter outlives a database outage: it keeps its cursor and reads again on the
-            // next wake-up (every waiter is woken when the listener reconnects).
-            Err(e) if e.is_unavailable() && !first_read && !done => {
-                tracing::warn!(error = %e, "long-poll read failed; waiting on");
-            }
-            Err(e) => return Err(e.into()),
-        }
-        first_read = false;
         tokio::select! {
             _ = registration.woken() => {}
             _ = tokio::time::sleep_until(deadline) => {
@@ -349,7 +336,47 @@ async fn wait_for_changes<T: Send + 'static>(
             drop(registration);
             registration = register(state, user, feed).await?;
         }
+        let (caller, current) = (user.clone(), cursor.clone());
+        let read = state
+            .db
+            .read(move |conn| fetch(conn, &caller, &current, limit))
+            .await;
+        match read {
+            Ok(page) if !page.items.is_empty() || page.has_more || done() => return Ok(page),
+            Ok(page) => cursor = page.next,
+            // A waiter outlives a database outage: it keeps its cursor and reads again on the
+            // next wake-up (every waiter is woken when the listener reconnects).
+            Err(e) if e.is_unavailable() && !done() => {
+                tracing::warn!(error = %e, "long-poll read failed; waiting on");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+}
+
+/// Registers the caller's wait, then reads the feed after `cursor`, in one database call:
+/// registering first means a change that commits after the read still wakes the waiter.
+async fn register_and_read<T: Send + 'static>(
+    state: &AppState,
+    user: &AuthUser,
+    feed: Feed,
+    cursor: FeedPosition,
+    limit: i64,
+    fetch: Fetch<T>,
+) -> Result<(Registration, Page<T>), ApiError> {
+    let (caller, notifier) = (user.clone(), state.notifier.clone());
+    let registered = state
+        .db
+        .read(move |conn| {
+            let groups = my_group_ids(conn, caller.id())?;
+            let keys = wake_keys(feed, caller.id(), groups);
+            Ok(match notifier.register(caller.id(), keys) {
+                Ok(registration) => Ok((registration, fetch(conn, &caller, &cursor, limit)?)),
+                Err(refused) => Err(refused),
+            })
+        })
+        .await?;
+    registered.map_err(refusal_to_wait)
 }
 
 /// Registers the caller's wait on every group they belong to, plus their own joins.
@@ -363,10 +390,14 @@ async fn register(state: &AppState, user: &AuthUser, feed: Feed) -> Result<Regis
     state
         .notifier
         .register(user.id(), keys)
-        .map_err(|refused| match refused {
-            WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
-            other => ApiError::TooManyWaiters(format!("{other}; close one before opening another")),
-        })
+        .map_err(refusal_to_wait)
+}
+
+fn refusal_to_wait(refused: WaitRefused) -> ApiError {
+    match refused {
+        WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
+        other => ApiError::TooManyWaiters(format!("{other}; close one before opening another")),
+    }
 }
 
 /// What a poll of `feed` waits for: its feed's events in each of the user's groups, and
