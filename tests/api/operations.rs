@@ -1,7 +1,42 @@
 //! What operators rely on: health checks, metrics, request ids.
 
-use crate::helpers::spawn_app;
+use crate::helpers::{spawn_app, TestApp};
+use crate::on_both_engines;
 use crate::support::engine::Engine;
+
+on_both_engines!(a_trimmed_request_keeps_repeated_headers_in_order_and_the_ones_after_them);
+
+/// The server trims each request's header map to the headers it has (a map starts with room
+/// for 16). A request through proxies repeats some headers; after the trim every value must
+/// still be there in order (the first `x-request-id` is the one answered) and the headers
+/// after the repeated ones must still be read (the token, the body's type).
+async fn a_trimmed_request_keeps_repeated_headers_in_order_and_the_ones_after_them(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    let body = serde_json::json!({"client_msg_id": "repeated-headers", "content": "still read"});
+    let response = app
+        .client
+        .post(format!("{}/v1/groups/{group}/messages", app.address))
+        .header("via", "1.1 edge-a")
+        .header("x-request-id", "first-id")
+        .header("via", "1.1 edge-b")
+        .header("x-request-id", "second-id")
+        .header("via", "1.1 edge-c")
+        .bearer_auth(app.token("alice"))
+        .json(&body)
+        .send()
+        .await
+        .expect("request");
+
+    assert_eq!(
+        response.status().as_u16(),
+        201,
+        "the token and the body were read"
+    );
+    assert_eq!(response.headers()["x-request-id"], "first-id");
+    let stored = app.list_messages("bob", group, "").await;
+    assert_eq!(stored.status, 200);
+    assert_eq!(stored.body["messages"][0]["content"], "still read");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_template_and_business_events() {
