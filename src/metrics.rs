@@ -24,6 +24,7 @@ pub struct Metrics {
     waiting_polls: IntGauge,
     pool_in_use: IntGauge,
     pool_idle: IntGauge,
+    calls_waiting: IntGauge,
     db_commits: IntCounter,
     db_writes: IntCounter,
     /// Held while the totals kept elsewhere are copied in and read out: two renders at once
@@ -36,6 +37,8 @@ pub struct Readings {
     pub waiting_polls: usize,
     /// Database connections (in use, idle).
     pub pool: (u32, u32),
+    /// Database calls waiting for a connection (and SQLite writes for the writer lane).
+    pub calls_waiting: usize,
     /// Write transactions committed, and the writes they carried.
     pub commits: (u64, u64),
 }
@@ -78,6 +81,11 @@ impl Metrics {
         registry.register(Box::new(waiting_polls.clone()))?;
         registry.register(Box::new(pool_in_use.clone()))?;
         registry.register(Box::new(pool_idle.clone()))?;
+        let calls_waiting = IntGauge::new(
+            "db_calls_waiting",
+            "Database calls waiting for a connection (SQLite: and writes waiting for the writer)",
+        )?;
+        registry.register(Box::new(calls_waiting.clone()))?;
         let db_commits = registered_counter(
             &registry,
             "db_commits_total",
@@ -98,6 +106,7 @@ impl Metrics {
             waiting_polls,
             pool_in_use,
             pool_idle,
+            calls_waiting,
             db_commits,
             db_writes,
             catching_up: std::sync::Mutex::new(()),
@@ -109,6 +118,7 @@ impl Metrics {
         self.waiting_polls.set(now.waiting_polls as i64);
         self.pool_in_use.set(i64::from(now.pool.0));
         self.pool_idle.set(i64::from(now.pool.1));
+        self.calls_waiting.set(now.calls_waiting as i64);
         // The database layer keeps these totals; the counters catch up with them.
         // Held through the gathering too, so one rendering never reads the pair while
         // another is between its two updates.

@@ -22,6 +22,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let body = state.metrics.render(Readings {
         waiting_polls: state.notifier.waiting(),
         pool: state.db.pool_state(),
+        calls_waiting: state.db.calls_waiting(),
         commits: state.db.commit_counts(),
     });
     HttpResponse::Ok()

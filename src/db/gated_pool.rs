@@ -26,6 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::connection::{AnyConnection, ConnectionManager};
 use super::error::DbError;
+use super::wait_count::WaitCount;
 
 pub type Pool = r2d2::Pool<ConnectionManager>;
 
@@ -37,6 +38,8 @@ pub struct GatedPool {
     /// When the pool last handed a connection out or was given one back: the sign that it
     /// is busy, not stuck.
     progress: Arc<ProgressClock>,
+    /// Calls that have no connection yet, at the gate or in the pool's own wait.
+    waiting: WaitCount,
 }
 
 /// What a call fails with when the pool made no progress in time (r2d2's words for its wait).
@@ -76,6 +79,7 @@ impl GatedPool {
             pool,
             gate: Arc::new(Semaphore::new(permits)),
             progress: Arc::new(ProgressClock::new()),
+            waiting: WaitCount::default(),
         }
     }
 
@@ -83,6 +87,11 @@ impl GatedPool {
     /// for its state in metrics.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// How many calls have no connection yet.
+    pub fn calls_waiting(&self) -> usize {
+        self.waiting.now()
     }
 
     /// Runs `f` on a blocking thread with a connection of the pool, once one is free. Waits
@@ -94,6 +103,7 @@ impl GatedPool {
         T: Send + 'static,
     {
         let since = Instant::now();
+        let waiting = self.waiting.enter();
         let limit = self.pool.connection_timeout();
         let permit = self.permit(since, limit).await?;
         let (pool, progress) = (self.pool.clone(), self.progress.clone());
@@ -110,6 +120,7 @@ impl GatedPool {
                     Err(e) => return Err(DbError::from(e)),
                 }
             };
+            drop(waiting);
             progress.tick();
             let outcome = f(&mut conn);
             conn.record(&outcome);

@@ -303,6 +303,17 @@ impl Db {
         self.commits.read()
     }
 
+    /// Database calls waiting for a connection, and on SQLite writes waiting for the writer
+    /// lane.
+    pub fn calls_waiting(&self) -> usize {
+        let lane = self.lane.as_ref().map_or(0, WriteLane::writes_waiting);
+        match self.engine {
+            // Readers and writers share one pool (the clones count together).
+            Engine::Postgres => self.writer.calls_waiting(),
+            Engine::Sqlite => self.reader.calls_waiting() + self.writer.calls_waiting() + lane,
+        }
+    }
+
     /// Connections checked out and connections idle, summed over the pools.
     pub fn pool_state(&self) -> (u32, u32) {
         let w = self.writer.pool().state();

@@ -20,6 +20,7 @@ use diesel::prelude::*;
 use super::connection::AnyConnection;
 use super::error::DbError;
 use super::pool::Pool;
+use super::wait_count::{WaitCount, Waiting};
 
 type Manager = <AnyConnection as Connection>::TransactionManager;
 
@@ -37,6 +38,8 @@ struct PendingWrite<F, C, T, R> {
     write: F,
     after_commit: C,
     reply: Reply<T, R>,
+    /// Counts the write as waiting until it runs or fails.
+    waiting: Waiting,
 }
 
 impl<F, C, T, R> Write for PendingWrite<F, C, T, R>
@@ -47,8 +50,14 @@ where
     R: Send + 'static,
 {
     fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran {
-        let (outcome, lost_batch) = run_in_savepoint(conn, self.write);
-        let (reply, after_commit) = (self.reply, self.after_commit);
+        let PendingWrite {
+            write,
+            after_commit,
+            reply,
+            waiting,
+        } = *self;
+        drop(waiting);
+        let (outcome, lost_batch) = run_in_savepoint(conn, write);
         Ran {
             answer: Box::new(move |batch_error| {
                 let answer = match batch_error {
@@ -111,6 +120,8 @@ impl CommitCounters {
 #[derive(Clone)]
 pub struct WriteLane {
     jobs: mpsc::Sender<Job>,
+    /// Writes submitted that have not begun to run.
+    waiting: WaitCount,
 }
 
 impl WriteLane {
@@ -125,7 +136,15 @@ impl WriteLane {
         std::thread::Builder::new()
             .name("chorus-sqlite-writer".into())
             .spawn(move || run_lane(&writer, &queue, max_batch.max(1), &counters))?;
-        Ok(WriteLane { jobs })
+        Ok(WriteLane {
+            jobs,
+            waiting: WaitCount::default(),
+        })
+    }
+
+    /// How many writes wait for the lane (submitted, not yet running).
+    pub fn writes_waiting(&self) -> usize {
+        self.waiting.now()
     }
 
     /// Runs `f` in the next batch; the outcome arrives once the batch committed. A refusal
@@ -143,6 +162,7 @@ impl WriteLane {
             write: f,
             after_commit,
             reply,
+            waiting: self.waiting.enter(),
         });
         self.jobs.send(job).map_err(|_| DbError::Task)?;
         answer.await.map_err(|_| DbError::Task)?

@@ -4,7 +4,63 @@ use crate::helpers::{spawn_app, TestApp};
 use crate::on_both_engines;
 use crate::support::engine::Engine;
 
-on_both_engines!(a_trimmed_request_keeps_repeated_headers_in_order_and_the_ones_after_them);
+on_both_engines!(
+    a_trimmed_request_keeps_repeated_headers_in_order_and_the_ones_after_them,
+    metrics_show_the_database_calls_waiting_for_a_connection,
+);
+
+/// Requests whose database work waits (every connection busy on PostgreSQL, the single writer
+/// on SQLite) show in `chorus_db_calls_waiting`, and leave it when they are served. The wait
+/// is made honestly: a transaction of the test's own holds what every send needs.
+async fn metrics_show_the_database_calls_waiting_for_a_connection(app: TestApp) {
+    const SENDS: usize = 8;
+    let mut groups = Vec::new();
+    for _ in 0..SENDS {
+        groups.push(app.group_with("alice", &["bob"]).await);
+    }
+    assert_eq!(
+        app.metric("chorus_db_calls_waiting").await,
+        Some(0.0),
+        "at rest"
+    );
+    let lock = match app.engine {
+        // The transaction itself holds SQLite's write lock, which the writer needs.
+        Engine::Sqlite => "",
+        // Four connections (the tests' pool) wait on the lock; the other sends queue.
+        Engine::Postgres => "LOCK TABLE group_members IN ACCESS EXCLUSIVE MODE",
+    };
+    let held = app.transaction_held(lock).await;
+    let ids: Vec<String> = (0..SENDS).map(|i| format!("queued-{i}")).collect();
+    let sends = groups
+        .iter()
+        .zip(&ids)
+        .map(|(group, id)| app.send("alice", *group, id, "x"));
+    let watch = async {
+        let mut most = 0.0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while most < 4.0 && std::time::Instant::now() < deadline {
+            most = app
+                .metric("chorus_db_calls_waiting")
+                .await
+                .unwrap_or(0.0)
+                .max(most);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        held.commit().await;
+        most
+    };
+    let (answers, most_waiting) = tokio::join!(futures::future::join_all(sends), watch);
+
+    assert!(most_waiting >= 4.0, "the queue showed: {most_waiting}");
+    for answer in &answers {
+        assert_eq!(answer.status, 201, "{}", answer.text);
+    }
+    assert_eq!(
+        app.metric("chorus_db_calls_waiting").await,
+        Some(0.0),
+        "all served"
+    );
+}
 
 /// The server trims each request's header map to the headers it has (a map starts with room
 /// for 16). A request through proxies repeats some headers; after the trim every value must
