@@ -727,7 +727,9 @@ export interface paths {
          * @description Text exposition format. Series: `chorus_http_requests_total{route,method,status}`,
          *     `chorus_http_request_duration_seconds{route,method}` (histogram),
          *     `chorus_longpolls_waiting`, `chorus_db_connections_in_use`, `chorus_db_connections_idle`,
-         *     `chorus_messages_sent_total`, `chorus_acks_total`, `chorus_db_commits_total` and
+         *     `chorus_db_calls_waiting` (database calls waiting for a connection, and on SQLite writes
+         *     waiting for the single writer: above zero for long, the pool is too small or the
+         *     database too slow), `chorus_messages_sent_total`, `chorus_acks_total`, `chorus_db_commits_total` and
          *     `chorus_db_writes_total` (write transactions committed, and the writes they carried: on
          *     SQLite, writes that arrive while a commit is flushing share the next commit, so writes
          *     per commit is the batch size; on PostgreSQL the two are equal). Routes are labelled by
