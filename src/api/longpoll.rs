@@ -22,7 +22,7 @@ use super::extract::AuthUser;
 use super::AppState;
 use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
 use crate::db::members::my_group_ids;
-use crate::db::AnyConnection;
+use crate::db::{AnyConnection, DbError};
 use crate::domain::parse_limit;
 use crate::notify::{Registration, WaitRefused};
 use crate::wake::WakeEvent;
@@ -310,37 +310,17 @@ async fn wait_for_changes<T: Send + 'static>(
     state: &AppState,
     user: &AuthUser,
     feed: Feed,
-    cursor: FeedPosition,
+    mut cursor: FeedPosition,
     limit: i64,
     timeout: Duration,
     fetch: Fetch<T>,
 ) -> Result<Page<T>, ApiError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let done = || timeout.is_zero() || state.notifier.is_shutting_down();
-    let (mut registration, page) =
-        register_and_read(state, user, feed, cursor, limit, fetch).await?;
-    if !page.items.is_empty() || page.has_more || done() {
-        return Ok(page);
-    }
-    let mut cursor = page.next;
+    let (mut registration, first) =
+        register_and_read(state, user, feed, cursor.clone(), limit, fetch).await?;
+    let mut read: Result<Page<T>, DbError> = Ok(first);
     loop {
-        tokio::select! {
-            _ = registration.woken() => {}
-            _ = tokio::time::sleep_until(deadline) => {
-                return Ok(Page { items: Vec::new(), next: cursor, has_more: false });
-            }
-        }
-        if registration.take_joined() {
-            // Wait on the new group too. Registering before the next read keeps the rule that
-            // no commit can fall between the read and the wait.
-            drop(registration);
-            registration = register(state, user, feed).await?;
-        }
-        let (caller, current) = (user.clone(), cursor.clone());
-        let read = state
-            .db
-            .read(move |conn| fetch(conn, &caller, &current, limit))
-            .await;
         match read {
             Ok(page) if !page.items.is_empty() || page.has_more || done() => return Ok(page),
             Ok(page) => cursor = page.next,
@@ -351,11 +331,33 @@ async fn wait_for_changes<T: Send + 'static>(
             }
             Err(e) => return Err(e.into()),
         }
+        tokio::select! {
+            _ = registration.woken() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return Ok(Page { items: Vec::new(), next: cursor, has_more: false });
+            }
+        }
+        read = if registration.take_joined() {
+            // Wait on the new group too, registered again before the read as at the start.
+            // The old registration goes first: it counts against the caller's waiters.
+            drop(registration);
+            let (again, page) =
+                register_and_read(state, user, feed, cursor.clone(), limit, fetch).await?;
+            registration = again;
+            Ok(page)
+        } else {
+            let (caller, current) = (user.clone(), cursor.clone());
+            state
+                .db
+                .read(move |conn| fetch(conn, &caller, &current, limit))
+                .await
+        };
     }
 }
 
-/// Registers the caller's wait, then reads the feed after `cursor`, in one database call:
-/// registering first means a change that commits after the read still wakes the waiter.
+/// Registers the caller's wait on every group they belong to (plus their own joins), then
+/// reads the feed after `cursor`, in one database call: registering first means a change
+/// that commits after the read still wakes the waiter.
 async fn register_and_read<T: Send + 'static>(
     state: &AppState,
     user: &AuthUser,
@@ -379,20 +381,7 @@ async fn register_and_read<T: Send + 'static>(
     registered.map_err(refusal_to_wait)
 }
 
-/// Registers the caller's wait on every group they belong to, plus their own joins.
-async fn register(state: &AppState, user: &AuthUser, feed: Feed) -> Result<Registration, ApiError> {
-    let user_id = user.id().to_owned();
-    let groups = state
-        .db
-        .read(move |conn| my_group_ids(conn, &user_id))
-        .await?;
-    let keys = wake_keys(feed, user.id(), groups);
-    state
-        .notifier
-        .register(user.id(), keys)
-        .map_err(refusal_to_wait)
-}
-
+/// The answer to a wait the notifier refused.
 fn refusal_to_wait(refused: WaitRefused) -> ApiError {
     match refused {
         WaitRefused::ShuttingDown => ApiError::Unavailable(refused.to_string()),
