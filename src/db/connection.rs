@@ -7,7 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 
-use super::pooled_connection::PooledConnection;
+use super::proven_connection::ProvenConnection;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SqliteSync {
@@ -84,9 +84,7 @@ impl ConnectionManager {
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
         }
     }
-}
 
-impl ConnectionManager {
     /// Opens and sets up one connection.
     fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
@@ -129,16 +127,16 @@ impl ConnectionManager {
 }
 
 impl r2d2::ManageConnection for ConnectionManager {
-    type Connection = PooledConnection;
+    type Connection = ProvenConnection;
     type Error = diesel::ConnectionError;
 
-    fn connect(&self) -> Result<PooledConnection, diesel::ConnectionError> {
-        self.open().map(PooledConnection::opened)
+    fn connect(&self) -> Result<ProvenConnection, diesel::ConnectionError> {
+        self.open().map(ProvenConnection::opened)
     }
 
     /// The check-out test, skipped for a connection that proved to work moments ago (see
-    /// [`PooledConnection`]).
-    fn is_valid(&self, conn: &mut PooledConnection) -> Result<(), diesel::ConnectionError> {
+    /// [`ProvenConnection`]).
+    fn is_valid(&self, conn: &mut ProvenConnection) -> Result<(), diesel::ConnectionError> {
         if conn.recently_proven() {
             return Ok(());
         }
@@ -147,7 +145,7 @@ impl r2d2::ManageConnection for ConnectionManager {
         tested.map_err(diesel::ConnectionError::CouldntSetupConfiguration)
     }
 
-    fn has_broken(&self, conn: &mut PooledConnection) -> bool {
+    fn has_broken(&self, conn: &mut ProvenConnection) -> bool {
         match &mut **conn {
             AnyConnection::Postgresql(c) => c.is_broken(),
             AnyConnection::Sqlite(c) => c.is_broken(),

@@ -29,7 +29,7 @@ pub mod models;
 mod open_failure;
 pub mod plain_send;
 mod pool;
-mod pooled_connection;
+mod proven_connection;
 pub mod push_due;
 pub mod push_outbox;
 pub mod push_targets;
