@@ -140,51 +140,67 @@ struct NextIds {
 
 /// What this connection can see now.
 pub fn current_snapshot(conn: &mut AnyConnection) -> QueryResult<Snapshot> {
-    match conn {
-        AnyConnection::Postgresql(c) => {
-            let row: SnapshotText =
-                diesel::sql_query("SELECT pg_current_snapshot()::text AS snapshot")
-                    .get_result(c)?;
-            Snapshot::parse(&row.snapshot).ok_or_else(|| {
-                diesel::result::Error::DeserializationError(
-                    format!("unexpected snapshot {}", row.snapshot).into(),
-                )
-            })
-        }
-        AnyConnection::Sqlite(c) => {
-            let row: NextIds = diesel::sql_query(
-                "SELECT (SELECT COALESCE(MAX(id), 0) + 1 FROM group_msgs) AS group_msgs, \
-                        (SELECT COALESCE(MAX(id), 0) + 1 FROM receipt_events) AS receipt_events, \
-                        (SELECT COALESCE(MAX(id), 0) + 1 FROM member_events) AS member_events",
+    // Every long-poll and feed read starts here, so the statements stay prepared.
+    if let AnyConnection::Postgresql(_) = conn {
+        let rows: Vec<SnapshotText> = RawSql::default()
+            .sql("SELECT pg_current_snapshot()::text AS snapshot")
+            .keep_prepared()
+            .load(conn)?;
+        let text = rows
+            .into_iter()
+            .next()
+            .ok_or(diesel::result::Error::NotFound)?
+            .snapshot;
+        return Snapshot::parse(&text).ok_or_else(|| {
+            diesel::result::Error::DeserializationError(
+                format!("unexpected snapshot {text}").into(),
             )
-            .get_result(c)?;
-            Ok(Snapshot::Sqlite(FeedMarks {
-                group_msgs: row.group_msgs,
-                receipt_events: row.receipt_events,
-                member_events: row.member_events,
-            }))
-        }
+        });
     }
+    let rows: Vec<NextIds> = RawSql::default()
+        .sql(
+            "SELECT (SELECT COALESCE(MAX(id), 0) + 1 FROM group_msgs) AS group_msgs, \
+                    (SELECT COALESCE(MAX(id), 0) + 1 FROM receipt_events) AS receipt_events, \
+                    (SELECT COALESCE(MAX(id), 0) + 1 FROM member_events) AS member_events",
+        )
+        .keep_prepared()
+        .load(conn)?;
+    let row = rows
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)?;
+    Ok(Snapshot::Sqlite(FeedMarks {
+        group_msgs: row.group_msgs,
+        receipt_events: row.receipt_events,
+        member_events: row.member_events,
+    }))
 }
 
-/// The SQL condition "row `alias` of `table` committed after `from` and by `to`". Snapshots
-/// hold only integers, so they are written into the SQL as literals and the query's own bind
-/// parameters are not shifted by them. Snapshots of the other engine select nothing.
-fn window(alias: &str, table: FeedTable, from: &Snapshot, to: &Snapshot) -> String {
+/// Appends the SQL condition "row `alias` of `table` committed after `from` and by `to`". The
+/// snapshots are bound, not written into the text, so the text is the same on every call and
+/// the statement stays prepared. Snapshots of the other engine select nothing.
+fn window(query: RawSql, alias: &str, table: FeedTable, from: &Snapshot, to: &Snapshot) -> RawSql {
     match (from, to) {
-        (Snapshot::Postgres { xmin, .. }, Snapshot::Postgres { xmax, .. }) => format!(
-            "{alias}.tx >= {xmin} AND {alias}.tx < {xmax} \
-             AND NOT pg_visible_in_snapshot({alias}.tx::text::xid8, '{from}'::pg_snapshot) \
-             AND pg_visible_in_snapshot({alias}.tx::text::xid8, '{to}'::pg_snapshot)",
-            from = from.to_text(),
-            to = to.to_text(),
-        ),
-        (Snapshot::Sqlite(from), Snapshot::Sqlite(to)) => format!(
-            "{alias}.id >= {} AND {alias}.id < {}",
-            from.of(table),
-            to.of(table)
-        ),
-        _ => "1 = 0".to_owned(),
+        (Snapshot::Postgres { xmin, .. }, Snapshot::Postgres { xmax, .. }) => query
+            .sql(&format!("{alias}.tx >= "))
+            .int(*xmin)
+            .sql(&format!(" AND {alias}.tx < "))
+            .int(*xmax)
+            .sql(&format!(
+                " AND NOT pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
+            ))
+            .text(&from.to_text())
+            .sql(&format!(
+                " AS pg_snapshot)) AND pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
+            ))
+            .text(&to.to_text())
+            .sql(" AS pg_snapshot))"),
+        (Snapshot::Sqlite(from), Snapshot::Sqlite(to)) => query
+            .sql(&format!("{alias}.id >= "))
+            .int(from.of(table))
+            .sql(&format!(" AND {alias}.id < "))
+            .int(to.of(table)),
+        _ => query.sql("1 = 0"),
     }
 }
 
@@ -226,25 +242,26 @@ fn changed_groups_query(
     after_group_id: i64,
     limit: i64,
 ) -> RawSql {
-    RawSql::default()
+    let query = RawSql::default()
         .sql(
             "SELECT group_id FROM ( \
                SELECT m.group_id AS group_id FROM group_msgs m \
                  JOIN group_members gm ON gm.group_id = m.group_id AND gm.user_id = ",
         )
         .text(user_id)
-        .sql(" WHERE m.msg_id > gm.joined_after_msg_id AND ")
-        .sql(&window("m", FeedTable::GroupMsgs, from, to))
+        .sql(" WHERE m.msg_id > gm.joined_after_msg_id AND ");
+    let query = window(query, "m", FeedTable::GroupMsgs, from, to)
         .sql(" UNION SELECT e.group_id AS group_id FROM member_events e WHERE e.user_id = ")
         .text(user_id)
         .sql(" AND NOT (e.kind = 'read' AND e.device_id = ")
         .text(device_column)
-        .sql(") AND ")
-        .sql(&window("e", FeedTable::MemberEvents, from, to))
+        .sql(") AND ");
+    window(query, "e", FeedTable::MemberEvents, from, to)
         .sql(" ) changed WHERE group_id > ")
         .int(after_group_id)
         .sql(" ORDER BY group_id LIMIT ")
         .int(limit)
+        .keep_prepared()
 }
 
 /// Messages sent by `sender_id` whose receipts changed between `from` and `to` (someone else
@@ -258,7 +275,7 @@ pub fn changed_receipts(
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<Vec<MessageRef>> {
-    RawSql::default()
+    let query = RawSql::default()
         .sql(
             "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
              FROM receipt_events e \
@@ -278,10 +295,11 @@ pub fn changed_receipts(
         .int(after.group_id)
         .sql(" AND m.msg_id > ")
         .int(after.msg_id)
-        .sql(")) AND ")
-        .sql(&window("e", FeedTable::ReceiptEvents, from, to))
+        .sql(")) AND ");
+    window(query, "e", FeedTable::ReceiptEvents, from, to)
         .sql(" ORDER BY m.group_id, m.msg_id LIMIT ")
         .int(limit)
+        .keep_prepared()
         .load(conn)
 }
 
@@ -318,25 +336,36 @@ mod tests {
     }
 
     #[test]
-    fn windows_hold_only_the_snapshots_numbers() {
+    fn windows_bind_the_snapshots_so_the_text_never_changes() {
         let from = pg(5, 9, vec![6]);
         let to = pg(7, 12, vec![]);
-        let sql = changed_groups_query("bob", "phone", &from, &to, 0, 10);
-        assert!(sql.as_text().contains("'5:9:6'::pg_snapshot"));
-        assert!(sql.as_text().contains("'7:12:'::pg_snapshot"));
+        let sql = changed_groups_query("bob", "phone", &from, &to, 0, 10).as_text();
+        let other = changed_groups_query("ann", "", &pg(20, 30, vec![21, 22]), &to, 4, 10);
+        assert_eq!(
+            sql,
+            other.as_text(),
+            "one text for every snapshot and caller"
+        );
+        assert!(sql.contains("m.tx >= $2 AND m.tx < $3"), "{sql}");
+        assert!(sql.contains("CAST($4 AS pg_snapshot)"), "{sql}");
         assert!(
-            !sql.as_text().contains("bob"),
-            "user ids are bound, never inlined"
+            !sql.contains("bob") && !sql.contains("5:9"),
+            "values are bound, never inlined"
         );
         let sqlite = Snapshot::Sqlite(FeedMarks {
             group_msgs: 3,
             receipt_events: 1,
             member_events: 8,
         });
-        assert_eq!(
-            window("e", FeedTable::MemberEvents, &sqlite, &sqlite),
-            "e.id >= 8 AND e.id < 8"
+        let within = window(
+            RawSql::default(),
+            "e",
+            FeedTable::MemberEvents,
+            &sqlite,
+            &sqlite,
         );
-        assert_eq!(window("m", FeedTable::GroupMsgs, &from, &sqlite), "1 = 0");
+        assert_eq!(within.as_text(), "e.id >= $1 AND e.id < $2");
+        let mixed = window(RawSql::default(), "m", FeedTable::GroupMsgs, &from, &sqlite);
+        assert_eq!(mixed.as_text(), "1 = 0");
     }
 }

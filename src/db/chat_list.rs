@@ -3,12 +3,15 @@
 //! membership row, the group row, at most one message row per group and the index ranges the
 //! unread rule reads (see `unread`): no message counting.
 
+use std::sync::LazyLock;
+
 use chrono::NaiveDateTime;
-use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
+use super::fixed_sql::fixed_sql;
 use super::models::EntryKind;
+use super::raw_sql::RawSql;
 use super::unread::{unread_sql, UnreadInputs, MENTIONS_ABOVE_READ, NOT_COUNTED_ABOVE_READ};
 use super::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
@@ -90,6 +93,10 @@ pub enum ListOrder {
 const LAST_LINE: &str = "(SELECT l.msg_id FROM group_msgs l WHERE l.group_id = groups.group_id \
        AND l.kind NOT IN ('recall', 'edit', 'delete') ORDER BY l.msg_id DESC LIMIT 1)";
 
+/// The filter of a list of unread groups only; built once, so its text is the same on every
+/// call and the query stays prepared.
+static UNREAD_ONLY: LazyLock<String> = LazyLock::new(|| format!("{} > 0", unread_sql()));
+
 /// The caller's memberships joined with everything a chat-list row shows, boxed so callers
 /// add their own filters and order. A macro rather than a function: the joined query's type is
 /// too long to write out.
@@ -106,7 +113,7 @@ macro_rules! chat_list_query {
             .left_join(
                 group_msgs::table.on(group_msgs::group_id
                     .eq(groups::group_id)
-                    .and(group_msgs::msg_id.eq(sql::<BigInt>(LAST_LINE)))
+                    .and(group_msgs::msg_id.eq(fixed_sql::<BigInt>(LAST_LINE)))
                     .and(group_msgs::msg_id.gt(group_members::joined_after_msg_id))),
             )
             .filter(group_members::user_id.eq($user_id.to_owned()))
@@ -119,8 +126,8 @@ macro_rules! chat_list_query {
                 group_members::last_ack_msg_id,
                 group_members::last_read_msg_id,
                 group_members::own_msgs_after_read,
-                sql::<BigInt>(NOT_COUNTED_ABOVE_READ),
-                sql::<BigInt>(MENTIONS_ABOVE_READ),
+                fixed_sql::<BigInt>(NOT_COUNTED_ABOVE_READ),
+                fixed_sql::<BigInt>(MENTIONS_ABOVE_READ),
                 device_cursors::last_ack_msg_id.nullable(),
                 (
                     group_msgs::msg_id,
@@ -149,7 +156,7 @@ pub fn chat_list_page(
 ) -> QueryResult<Vec<ChatListRow>> {
     let mut query = chat_list_query!(user_id, device_column);
     if unread_only {
-        query = query.filter(sql::<Bool>(&format!("{} > 0", unread_sql())));
+        query = query.filter(fixed_sql::<Bool>(UNREAD_ONLY.as_str()));
     }
     query = match order {
         ListOrder::ById { after_group_id } => query
@@ -192,15 +199,35 @@ struct Total {
 /// The caller's unread messages over all their groups (the app icon's badge): one pass over
 /// their membership rows, with the same rule as each group's count.
 pub fn total_unread(conn: &mut AnyConnection, user_id: &str) -> QueryResult<i64> {
-    let unread = unread_sql();
-    let row: Total = diesel::sql_query(format!(
-        "SELECT CAST(COALESCE(SUM(CASE WHEN unread > 0 THEN unread ELSE 0 END), 0) \
-           AS BIGINT) AS total \
-         FROM (SELECT {unread} AS unread \
-               FROM group_members JOIN groups ON groups.group_id = group_members.group_id \
-               WHERE group_members.user_id = $1) per_group"
-    ))
-    .bind::<Text, _>(user_id)
-    .get_result(conn)?;
-    Ok(row.total)
+    let rows: Vec<Total> = RawSql::default()
+        .sql(&format!(
+            "SELECT CAST(COALESCE(SUM(CASE WHEN unread > 0 THEN unread ELSE 0 END), 0) \
+               AS BIGINT) AS total \
+             FROM (SELECT {} AS unread \
+                   FROM group_members JOIN groups ON groups.group_id = group_members.group_id \
+                   WHERE group_members.user_id = ",
+            unread_sql()
+        ))
+        .text(user_id)
+        .sql(") per_group")
+        .keep_prepared()
+        .load(conn)?;
+    rows.into_iter()
+        .next()
+        .map(|row| row.total)
+        .ok_or(diesel::result::Error::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::fixed_sql::tests::kept;
+
+    #[test]
+    fn every_form_of_the_chat_list_query_stays_prepared() {
+        let rows = chat_list_query!("u", "").filter(group_members::group_id.eq_any(vec![1, 2]));
+        let unread = chat_list_query!("u", "").filter(fixed_sql::<Bool>(UNREAD_ONLY.as_str()));
+        assert!(kept(&rows));
+        assert!(kept(&unread));
+    }
 }

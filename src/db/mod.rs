@@ -18,6 +18,7 @@ pub mod cursors;
 pub mod devices;
 pub mod entry_refs;
 mod error;
+mod fixed_sql;
 mod gated_pool;
 pub mod groups;
 pub mod member_events;

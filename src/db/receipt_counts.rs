@@ -189,6 +189,7 @@ fn group_standing(
         .text(sender_id)
         .sql(" WHERE g.group_id = ")
         .int(group_id.0)
+        .keep_prepared()
         .load(conn)?;
     let row = rows
         .into_iter()
