@@ -7,7 +7,10 @@
 //! its stack and its share of the allocator's memory. Here a call first takes a permit, on
 //! the async side and in arrival order, and only then gets a thread. There are twice as many
 //! permits as connections: the calls past the pool's size wait in the pool itself, on
-//! threads already running, so a connection given back is taken again at once.
+//! threads already running, so a connection given back is taken again at once. They wait in
+//! line, though, not all in the pool: r2d2 does not queue, so a thread it wakes for a
+//! connection given back can find it taken by a call that just arrived, and wait again, as
+//! often as newcomers keep coming. Only the call at the head of the line waits in the pool.
 //!
 //! How long a call waits: a pool that neither hands a connection out nor gets one back for
 //! the pool's `connection_timeout` is stuck (the database is down, or every connection is
@@ -26,6 +29,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::connection::{AnyConnection, ConnectionManager};
 use super::error::DbError;
+use super::turn_line::TurnLine;
 use super::wait_count::WaitCount;
 
 pub type Pool = r2d2::Pool<ConnectionManager>;
@@ -40,6 +44,8 @@ pub struct GatedPool {
     progress: Arc<ProgressClock>,
     /// Calls that have no connection yet, at the gate or in the pool's own wait.
     waiting: WaitCount,
+    /// The line of calls past the gate: whoever holds it is the one waiting in the pool.
+    line: Arc<TurnLine>,
 }
 
 /// What a call fails with when the pool made no progress in time (r2d2's words for its wait).
@@ -80,6 +86,7 @@ impl GatedPool {
             gate: Arc::new(Semaphore::new(permits)),
             progress: Arc::new(ProgressClock::new()),
             waiting: WaitCount::default(),
+            line: Arc::default(),
         }
     }
 
@@ -106,18 +113,27 @@ impl GatedPool {
         let waiting = self.waiting.enter();
         let limit = self.pool.connection_timeout();
         let permit = self.permit(since, limit).await?;
-        let (pool, progress) = (self.pool.clone(), self.progress.clone());
+        let (pool, progress, line) = (self.pool.clone(), self.progress.clone(), self.line.clone());
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let mut conn = loop {
                 let give_up_at = progress.give_up_at(since, limit);
-                let left = give_up_at.saturating_duration_since(Instant::now());
-                match pool.get_timeout(left) {
+                let taken = match line.wait_turn(give_up_at) {
+                    Some(_head_of_line) => {
+                        let left = give_up_at.saturating_duration_since(Instant::now());
+                        pool.get_timeout(left).map_err(Some)
+                    }
+                    None => Err(None),
+                };
+                match taken {
                     Ok(conn) => break conn,
-                    // The pool does not queue: a newcomer may have taken the connection this
-                    // call was woken for. Busy, not stuck, while progress moves the deadline.
+                    // A connection that bypasses the line (the announcer's) may have taken
+                    // the one this call was woken for, or the line ahead took longer than the
+                    // timeout while connections kept coming and going (the call lines up
+                    // again). Busy, not stuck, while progress moves the deadline.
                     Err(_) if progress.give_up_at(since, limit) > give_up_at => {}
-                    Err(e) => return Err(DbError::from(e)),
+                    Err(Some(e)) => return Err(DbError::from(e)),
+                    Err(None) => return Err(DbError::Unavailable(NO_CONNECTION.into())),
                 }
             };
             drop(waiting);
@@ -265,7 +281,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn waiting_calls_are_served_in_the_order_they_asked_give_or_take_the_pools_own_wait() {
+    async fn waiting_calls_are_served_in_the_order_they_asked() {
         let dir = tempfile::tempdir().expect("temp dir");
         let gated = pool_of_one(&dir, Duration::from_secs(10));
         let (release, holder) = hold_the_connection(&gated).await;
@@ -287,10 +303,9 @@ mod tests {
         for call in futures::future::join_all(waiting).await {
             call.expect("call");
         }
-        // The gate lets calls on in order, but one call at a time waits in the pool itself
-        // beside the one holding the connection (twice as many permits as connections), and
-        // the pool does not queue: a call that just got its permit can overtake it. A few
-        // places out of turn, never more.
+        // The gate lets calls on in order, and so does the line behind it. A call whose
+        // thread starts late can be overtaken by the next one in the moment between the two:
+        // a place or two out of turn, never more.
         let order = order.lock().expect("order").clone();
         assert_eq!(order.len(), 20);
         for (place, call) in order.iter().enumerate() {
