@@ -42,7 +42,6 @@ pub mod shared_sends;
 pub mod shared_statement;
 mod storage;
 pub mod system_lines;
-mod turn_line;
 pub mod unread;
 mod wait_count;
 mod write_lane;
