@@ -48,8 +48,15 @@ pub struct GatedPool {
     waiting: WaitCount,
 }
 
-/// What a call fails with when the pool made no progress in time (r2d2's words for its wait).
-const NO_CONNECTION: &str = "timed out waiting for connection";
+/// What a call fails with when the pool made no progress for `limit`: the log says which
+/// setting that is.
+fn stuck(limit: Duration) -> DbError {
+    DbError::Unavailable(format!(
+        "the pool handed out no connection and got none back for {} ms \
+         (CHORUS_POOL_TIMEOUT_MS)",
+        limit.as_millis()
+    ))
+}
 
 /// The last moment of progress, as nanoseconds since the clock was made.
 struct ProgressClock {
@@ -138,7 +145,7 @@ impl GatedPool {
         .map_err(|_| DbError::Task)?
     }
 
-    /// A place among the calls that hold a connection or wait in the pool for one.
+    /// A place among the calls that hold a connection (or, for a moment, wait for one).
     async fn permit(
         &self,
         since: Instant,
@@ -154,7 +161,7 @@ impl GatedPool {
                 Ok(Err(_closed)) => return Err(DbError::Task),
                 // Progress moved the deadline while this call waited: keep its place.
                 Err(_elapsed) if self.progress.give_up_at(since, limit) > give_up_at => {}
-                Err(_elapsed) => return Err(DbError::Unavailable(NO_CONNECTION.into())),
+                Err(_elapsed) => return Err(stuck(limit)),
             }
         }
     }
