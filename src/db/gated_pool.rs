@@ -6,11 +6,12 @@
 //! five hundred threads for eight connections (tokio starts up to 512 per runtime), each with
 //! its stack and its share of the allocator's memory. Here a call first takes a permit, on
 //! the async side and in arrival order, and only then gets a thread. There are as many
-//! permits as connections, so the gate is the only queue: a call with a permit finds a
-//! connection free (unless the announcer, which takes one without a permit, holds it for a
-//! moment). The pool's own wait does not queue (a thread it wakes for a connection given back
-//! can lose it to one that just arrived, and wait again, as often as newcomers keep coming),
-//! so it must not be where calls line up. Twice as many permits, with the calls past the
+//! permits as connections, so the gate is the only queue: a call with a permit usually finds a
+//! connection free. Not always: the pool opens connections as they are needed (two at first),
+//! replaces a broken one, and the announcer takes one without a permit; a call then waits in
+//! the pool's own wait, which does not queue (a thread it wakes for a connection given back
+//! can lose it to one that just arrived). So it must not be where calls line up; only the
+//! calls that hold permits in those moments wait there. Twice as many permits, with the calls past the
 //! pool's size waiting in the pool, served one call nineteen places late in a test, and in a
 //! PostgreSQL receipt storm a second queue behind the gate cost more at p99 than the
 //! thread hop it saved.
@@ -21,7 +22,9 @@
 //! own wait would.
 //! A pool that is handing connections out is only busy, and its queue keeps waiting: a burst
 //! drains in order instead of failing the calls at its tail, and a call whose client gives up
-//! leaves the queue with its request.
+//! at the gate leaves the queue with its request (one already on a thread runs to its end).
+//! A pool that can open no new connection while the ones it has keep working is busy by this
+//! rule: the calls waiting for the missing ones wait on, until their clients give up.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -127,8 +130,9 @@ impl GatedPool {
                 let left = give_up_at.saturating_duration_since(Instant::now());
                 match pool.get_timeout(left) {
                     Ok(conn) => break conn,
-                    // The announcer may have taken the connection this call was woken for.
-                    // Busy, not stuck, while progress moves the deadline.
+                    // A connection being opened or replaced, or one the announcer took (the
+                    // one this call was woken for, perhaps). Busy, not stuck, while progress
+                    // moves the deadline; the error is then the pool's own.
                     Err(_) if progress.give_up_at(since, limit) > give_up_at => {}
                     Err(e) => return Err(DbError::from(e)),
                 }
