@@ -23,7 +23,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, Text};
 use tokio::sync::Notify;
 
-use super::pool::Pool;
+use super::gated_pool::GatedPool;
 use super::AnyConnection;
 use crate::wake::{Wakes, CHANNEL};
 
@@ -87,8 +87,9 @@ impl Queue {
 }
 
 impl Announcer {
-    /// The announcer of the instance named `instance`, its task running on `pool`.
-    pub fn start(pool: Pool, instance: String) -> Arc<Announcer> {
+    /// The announcer of the instance named `instance`, its task running on `pool`: it queues
+    /// for a connection like any other call, so it never takes one ahead of calls waiting.
+    pub fn start(pool: GatedPool, instance: String) -> Arc<Announcer> {
         let announcer = Arc::new(Announcer::new(instance));
         tokio::spawn(announcer.clone().run(pool));
         announcer
@@ -139,7 +140,7 @@ impl Announcer {
         }
     }
 
-    async fn run(self: Arc<Self>, pool: Pool) {
+    async fn run(self: Arc<Self>, pool: GatedPool) {
         // Set while announcements fail (the pool busy, the database away): the round is kept
         // and tried again after RETRY_AFTER, and the log says so once per episode.
         let mut failing = false;
@@ -161,15 +162,7 @@ impl Announcer {
                 continue;
             }
             let round = payloads.clone();
-            let pool = pool.clone();
-            let sent = tokio::task::spawn_blocking(move || {
-                let mut conn = pool.get().map_err(|e| e.to_string())?;
-                let sent = notify_all(&mut conn, payloads);
-                conn.record(&sent);
-                sent.map_err(|e| e.to_string())
-            })
-            .await
-            .unwrap_or_else(|_| Err("the announcement task failed".to_owned()));
+            let sent = pool.run(move |conn| notify_all(conn, payloads)).await;
             match sent {
                 Ok(()) if failing => {
                     failing = false;

@@ -7,14 +7,14 @@
 //! its stack and its share of the allocator's memory. Here a call first takes a permit, on
 //! the async side and in arrival order, and only then gets a thread. There are as many
 //! permits as connections, so the gate is the only queue: a call with a permit usually finds a
-//! connection free. Not always: the pool opens connections as they are needed (two at first),
-//! replaces a broken one, and the announcer takes one without a permit; a call then waits in
-//! the pool's own wait, which does not queue (a thread it wakes for a connection given back
-//! can lose it to one that just arrived). So it must not be where calls line up; only the
-//! calls that hold permits in those moments wait there. Twice as many permits, with the
-//! calls past the pool's size waiting in the pool, served one call nineteen places late in a
-//! test, and in a PostgreSQL receipt storm a second queue behind the gate cost more at p99
-//! than the thread hop it saved.
+//! connection free. Not always: the pool replaces a connection that broke (the database
+//! restarted, say), and until it has, a call waits in the pool's own wait, which does not queue
+//! (a thread it wakes for a connection given back can lose it to one that just arrived). So it
+//! must not be where calls line up; only the calls that hold permits in those moments wait
+//! there. Everything that uses the pool goes through the gate, the announcer too. Twice as
+//! many permits, with the calls past the pool's size waiting in the pool, served one call
+//! nineteen places late in a test, and in a PostgreSQL receipt storm a second queue behind the
+//! gate cost more at p99 than the thread hop it saved.
 //!
 //! How long a call waits: a pool that neither hands a connection out nor gets one back for
 //! the pool's `connection_timeout` is stuck (the database is down, or every connection is
@@ -99,8 +99,8 @@ impl GatedPool {
         }
     }
 
-    /// The pool itself, for what holds a connection of its own for long (the announcer) and
-    /// for its state in metrics.
+    /// The pool itself, for what holds a connection of its own for long (SQLite's writer
+    /// lane) and for its state in metrics.
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -130,8 +130,7 @@ impl GatedPool {
                 let left = give_up_at.saturating_duration_since(Instant::now());
                 match pool.get_timeout(left) {
                     Ok(conn) => break conn,
-                    // A connection being opened or replaced, or one the announcer took (the
-                    // one this call was woken for, perhaps). Busy, not stuck, while progress
+                    // A connection being opened or replaced. Busy, not stuck, while progress
                     // moves the deadline; the error is then the pool's own.
                     Err(_) if progress.give_up_at(since, limit) > give_up_at => {}
                     Err(e) => return Err(DbError::from(e)),

@@ -57,10 +57,13 @@ const TOOL_INSTANCE: &str = "tool";
 impl Db {
     pub fn connect(settings: &DbSettings) -> Result<Db, DbError> {
         let engine = Engine::from_url(&settings.url);
+        // Every connection is opened at start and the pool keeps them all open (it opens a new
+        // one when one breaks): a call let in by the pool's gate then finds one ready, instead
+        // of waiting in the pool's own wait, which is not in arrival order, while one opens.
         let build = |size: u32| {
             r2d2::Pool::builder()
                 .max_size(size)
-                .min_idle(Some(size.min(2)))
+                .min_idle(Some(size))
                 .connection_timeout(settings.pool_timeout)
                 .build(ConnectionManager::new(settings))
                 .map(GatedPool::new)
@@ -113,7 +116,7 @@ impl Db {
         let announce = match (self.engine, announce) {
             (Engine::Postgres, true) => {
                 let instance = notifier.instance_id().to_owned();
-                Announce::AfterCommit(Announcer::start(self.writer.pool().clone(), instance))
+                Announce::AfterCommit(Announcer::start(self.writer.clone(), instance))
             }
             (Engine::Postgres, false) => Announce::Never,
             (Engine::Sqlite, _) => self.announce,
