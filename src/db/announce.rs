@@ -11,6 +11,8 @@
 //! late. The same holds for what is still queued when the instance stops, and for events
 //! dropped because too many are queued (the database is not keeping up), which the log says.
 //! A round that cannot be sent (the pool busy, the database away) is kept and tried again.
+//! The task queues for its connection at the pool's gate like any request, so when requests
+//! are queued an announcement waits its turn behind them.
 //!
 //! Tools without a serving instance (seeding, one-off commands) announce inside their
 //! transaction instead ([`announce_in_transaction`]): they are rare, and have no task to

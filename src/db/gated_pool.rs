@@ -8,10 +8,10 @@
 //! the async side and in arrival order, and only then gets a thread. There are as many
 //! permits as connections, so the gate is the only queue: a call with a permit usually finds a
 //! connection free. Not always: the pool replaces a connection that broke (the database
-//! restarted, say), and until it has, a call waits in the pool's own wait, which does not queue
-//! (a thread it wakes for a connection given back can lose it to one that just arrived). So it
-//! must not be where calls line up; only the calls that hold permits in those moments wait
-//! there. Everything that uses the pool goes through the gate, the announcer too. Twice as
+//! restarted, say) or reached its lifetime, and until it has, a call waits in the pool's own
+//! wait, which does not queue (a thread it wakes for a connection given back can lose it to
+//! one that just arrived). So it must not be where calls line up; only the calls that hold
+//! permits in those moments wait there. Everything that uses the pool goes through the gate, the announcer too. Twice as
 //! many permits, with the calls past the pool's size waiting in the pool, served one call
 //! nineteen places late in a test, and in a PostgreSQL receipt storm a second queue behind the
 //! gate cost more at p99 than the thread hop it saved.

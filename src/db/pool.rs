@@ -58,12 +58,15 @@ impl Db {
     pub fn connect(settings: &DbSettings) -> Result<Db, DbError> {
         let engine = Engine::from_url(&settings.url);
         // Every connection is opened at start and the pool keeps them all open (it opens a new
-        // one when one breaks): a call let in by the pool's gate then finds one ready, instead
-        // of waiting in the pool's own wait, which is not in arrival order, while one opens.
+        // one when one breaks or reaches r2d2's lifetime of 30 minutes): a call let in by the
+        // pool's gate then finds one ready, instead of waiting in the pool's own wait, which is
+        // not in arrival order, while one opens. No idle timeout: with every connection kept,
+        // it would only close the idle ones every ten minutes to open them again.
         let build = |size: u32| {
             r2d2::Pool::builder()
                 .max_size(size)
                 .min_idle(Some(size))
+                .idle_timeout(None)
                 .connection_timeout(settings.pool_timeout)
                 .build(ConnectionManager::new(settings))
                 .map(GatedPool::new)

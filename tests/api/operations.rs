@@ -8,6 +8,33 @@ on_both_engines!(
     a_trimmed_request_keeps_repeated_headers_in_order_and_the_ones_after_them,
     metrics_show_the_database_calls_waiting_for_a_connection,
 );
+on_both_engines!(with a_large_pool: a_ready_server_has_every_pooled_connection_open);
+
+/// Larger than the connections a server opens on its own at start (its first reads and
+/// background jobs), so a pool that opened them only as needed would show fewer.
+const LARGE_POOL: u32 = 12;
+
+fn a_large_pool(settings: &mut chorus::config::Settings) {
+    settings.pool_size = LARGE_POOL;
+}
+
+/// A server that answers has opened its whole pool: no request waits for a connection to be
+/// opened (a wait in which a later request could be served first). On SQLite the pool is
+/// the readers, plus the writer's one connection.
+async fn a_ready_server_has_every_pooled_connection_open(app: TestApp) {
+    let open = match app
+        .metrics(&["chorus_db_connections_in_use", "chorus_db_connections_idle"])
+        .await[..]
+    {
+        [Some(in_use), Some(idle)] => in_use + idle,
+        ref missing => panic!("connection metrics missing: {missing:?}"),
+    };
+    let expected = match app.engine {
+        Engine::Sqlite => LARGE_POOL + 1,
+        Engine::Postgres => LARGE_POOL,
+    };
+    assert_eq!(open, f64::from(expected), "connections open at start");
+}
 
 /// Requests whose database work waits (every connection busy on PostgreSQL, the single writer
 /// on SQLite) show in `chorus_db_calls_waiting`, and leave it when they are served. The wait
