@@ -9,9 +9,10 @@ use rand::{Rng, SeedableRng};
 use crate::report::EngineReport;
 use crate::requests::{expect_empty, expect_json};
 use crate::runner::{run_load, Measured};
-use crate::seed::{analyze, seed_group, seed_messages};
+use crate::seed::{seed_group, seed_messages};
 use crate::server::BenchServer;
 use crate::support::http::Http;
+use crate::support::scratch_db::analyze;
 use crate::CONCURRENCY;
 
 /// The chat list: one user in this many groups, each with a few messages.

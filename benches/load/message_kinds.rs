@@ -9,9 +9,10 @@ use serde_json::{json, Value};
 use crate::report::EngineReport;
 use crate::requests::{expect_empty, expect_json};
 use crate::runner::{run_load, Measured};
-use crate::seed::{analyze, seed_edits, seed_group, seed_messages, users};
+use crate::seed::{seed_edits, seed_group, seed_messages, users};
 use crate::server::BenchServer;
 use crate::support::http::Http;
+use crate::support::scratch_db::analyze;
 use crate::{CONCURRENCY, CONTENT};
 
 const GROUP_MEMBERS: usize = 200;

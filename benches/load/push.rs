@@ -23,9 +23,10 @@ use crate::push_outage;
 use crate::report::EngineReport;
 use crate::requests::expect_json;
 use crate::runner::Measured;
-use crate::seed::{analyze, seed_group, seed_messages, seed_push_targets, users};
+use crate::seed::{seed_group, seed_messages, seed_push_targets, users};
 use crate::server::BenchServer;
 use crate::support::push_receiver::{PushReceiver, Received};
+use crate::support::scratch_db::analyze;
 use crate::CONTENT;
 
 const SECRET: &str = "bench-push-secret-bench-push-secret-0123";

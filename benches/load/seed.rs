@@ -12,6 +12,7 @@ use chorus::domain::MsgId;
 use chorus::wake::Wakes;
 use diesel::prelude::*;
 
+use crate::support::scratch_db::analyze;
 use crate::CONTENT;
 
 /// Messages per seeding transaction: enough that seeding is not bound by one flush per
@@ -150,18 +151,6 @@ fn windows() -> ChangeWindows {
     ChangeWindows {
         recall_secs: defaults::RECALL_WINDOW_SECS,
         edit_secs: defaults::EDIT_WINDOW_SECS,
-    }
-}
-
-/// Refreshes PostgreSQL's statistics, as autovacuum would sooner or later. Without them the
-/// planner serves the send path's `client_msg_id` look-up from `group_msgs_by_sender` and
-/// filters, so each send reads every earlier message of its sender in the group: seeding
-/// 20,000 messages from one sender then took 40-90 s instead of a few.
-pub fn analyze(conn: &mut AnyConnection) {
-    if let AnyConnection::Postgresql(c) = conn {
-        diesel::sql_query("ANALYZE")
-            .execute(c)
-            .expect("ANALYZE after seeding");
     }
 }
 

@@ -72,3 +72,19 @@ impl ScratchDb {
         }
     }
 }
+
+/// Refreshes PostgreSQL's statistics, as autovacuum does on a running service within a
+/// minute or so of a table's first rows. A bench that measures right after seeding would
+/// otherwise measure plans made for tables the planner believes empty, which walk a group's
+/// index where they should look one row up: the send path's `client_msg_id` look-up read
+/// every earlier message of its sender in the group (seeding 20,000 messages from one sender
+/// took 40-90 s instead of a few), and the chat list's last line was looked for once per
+/// message of the group.
+pub fn analyze(conn: &mut chorus::db::AnyConnection) {
+    use diesel::RunQueryDsl;
+    if let chorus::db::AnyConnection::Postgresql(c) = conn {
+        diesel::sql_query("ANALYZE")
+            .execute(c)
+            .expect("ANALYZE after seeding");
+    }
+}

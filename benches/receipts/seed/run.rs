@@ -10,12 +10,13 @@ use super::storm::{
     storm_member, storm_sender_poll, storm_sender_send, Pacing, SeedShared, SendRun,
 };
 use super::wake::ack_to_wake;
-use super::{SEED_MEMBERS, SEED_ONLINE, SEED_TIME_LIMIT};
-use crate::api::{create_group, feed_cursor, CountingHttp};
+use super::{SEED_EARLIER_MESSAGES, SEED_MEMBERS, SEED_ONLINE, SEED_TIME_LIMIT};
+use crate::api::{create_group, feed_cursor, send_message, CountingHttp};
 use crate::cpu::{backend_pids, cpu_breakdown, cpu_sample};
 use crate::measure::{summarize, Summary};
 use crate::server::{bench_database, Server};
 use crate::support::engine::Engine;
+use crate::support::scratch_db::analyze;
 use crate::support::tokens::TokenMint;
 
 pub struct SeedResult {
@@ -64,6 +65,7 @@ pub async fn run_seed(engine: Engine, pacing: Pacing) -> Result<SeedResult, Stri
     let server = Server::start(db.url(), &requests).await?;
     let fixture = prepare(&server.http).await?;
     let mut conn = server.direct_connection();
+    analyze(&mut conn);
     let rows_before = row_counts(&mut conn);
     let pg_before = settled_pg_stats(engine, &mut conn).await;
 
@@ -91,9 +93,15 @@ pub async fn run_seed(engine: Engine, pacing: Pacing) -> Result<SeedResult, Stri
 }
 
 /// The group of [`SEED_MEMBERS`], a `/v1/sync` cursor for each online member and a
-/// `/v1/receipts` cursor for the sender.
+/// `/v1/receipts` cursor for the sender, after [`SEED_EARLIER_MESSAGES`] in a group of
+/// someone else's.
 async fn prepare(http: &CountingHttp) -> Result<Fixture, String> {
     let mint = TokenMint::new();
+    let earlier_token = mint.token("earlier-owner");
+    let earlier = create_group(http, &earlier_token, "earlier", &[]).await?;
+    for i in 0..SEED_EARLIER_MESSAGES {
+        send_message(http, &earlier_token, earlier, &format!("earlier-{i}")).await?;
+    }
     let owner_token = mint.token("storm-owner");
     let members: Vec<String> = (0..SEED_MEMBERS - 1)
         .map(|i| format!("storm-m{i:03}"))
