@@ -9,7 +9,10 @@
 //! ceiling server on the server's database; the variants alternate, twice, so a drift of the
 //! machine's load shows up as a difference between rounds rather than between variants.
 //! CPU per request is the whole bench process's (clients and server share it), read from
-//! `/proc/self/stat`.
+//! `/proc/self/stat`. Bytes written per request say what the flushes carry: on SQLite every
+//! byte the process wrote (`wchar` of `/proc/self/io`: WAL frames, checkpoints into the
+//! database file, and both ends of the HTTP traffic, a few hundred bytes), on PostgreSQL the
+//! WAL the cluster generated.
 
 use std::time::Duration;
 
@@ -97,7 +100,9 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
         "Group commit: the ceiling is a trivial insert (one row, one column) behind the same \
          actix-web settings and the same database write path as the API (a transaction per \
          write on PostgreSQL), in this process. CPU is the whole bench process's (client and \
-         server) per request."
+         server) per request. KiB written per request: on SQLite everything the process wrote \
+         (WAL frames, checkpoints, both ends of the HTTP traffic), on PostgreSQL the WAL \
+         generated."
             .into(),
     );
 }
@@ -107,11 +112,20 @@ async fn run_variant(server: &BenchServer, variant: &str, report: &mut EngineRep
     create_ceiling_table(&mut conn);
     let ceiling = CeilingServer::start(server).await;
     for c in CONCURRENCY {
+        let written = bytes_written(&mut conn);
         let (floor, floor_cpu) = measure_cpu(run_ceiling(&ceiling.http, c)).await;
+        let floor_kib = kib_per_request(written, bytes_written(&mut conn), &floor);
         let members = users(&format!("gc{c}"), GROUP_MEMBERS);
         let group = seed_group(&mut conn, "group commit", &members);
+        let written = bytes_written(&mut conn);
         let (sends, sends_cpu) = measure_cpu(run_sends(server, group, &members[..c])).await;
-        report.group_commit_rows(variant, c, (&floor, floor_cpu), (&sends, sends_cpu));
+        let sends_kib = kib_per_request(written, bytes_written(&mut conn), &sends);
+        report.group_commit_rows(
+            variant,
+            c,
+            (&floor, floor_cpu, floor_kib),
+            (&sends, sends_cpu, sends_kib),
+        );
     }
     ceiling.stop().await;
 }
@@ -230,6 +244,36 @@ fn process_cpu_secs() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// What has been written so far, in bytes: on SQLite by this process (`wchar`, every write
+/// and send call), on PostgreSQL to the cluster's WAL.
+fn bytes_written(conn: &mut AnyConnection) -> f64 {
+    #[derive(QueryableByName)]
+    struct Lsn {
+        #[diesel(sql_type = diesel::sql_types::Double)]
+        bytes: f64,
+    }
+    match conn {
+        AnyConnection::Postgresql(c) => diesel::sql_query(
+            "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS DOUBLE PRECISION) \
+             AS bytes",
+        )
+        .get_result::<Lsn>(c)
+        .map(|lsn| lsn.bytes)
+        .expect("read the WAL position"),
+        AnyConnection::Sqlite(_) => {
+            let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+            io.lines()
+                .find_map(|line| line.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        }
+    }
+}
+
+fn kib_per_request(before: f64, after: f64, run: &Measured) -> f64 {
+    (after - before) / 1024.0 / run.ok.max(1) as f64
+}
+
 /// The run's result and the CPU milliseconds per successful request it took.
 pub async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
     let before = process_cpu_secs();
@@ -243,8 +287,8 @@ impl EngineReport {
         &mut self,
         variant: &str,
         c: usize,
-        (floor, floor_cpu): (&Measured, f64),
-        (sends, sends_cpu): (&Measured, f64),
+        (floor, floor_cpu, floor_kib): (&Measured, f64, f64),
+        (sends, sends_cpu, sends_kib): (&Measured, f64, f64),
     ) {
         let (floor_rate, send_rate) = (floor.rate(floor.ok), sends.rate(sends.ok));
         self.row(
@@ -252,7 +296,9 @@ impl EngineReport {
             c,
             floor,
             REQUESTS_PER_RUN,
-            format!("{floor_rate:.0} req/s, {floor_cpu:.2} ms CPU each"),
+            format!(
+                "{floor_rate:.0} req/s, {floor_cpu:.2} ms CPU and {floor_kib:.1} KiB written each"
+            ),
         );
         self.row(
             &format!("send, one group ({variant})"),
@@ -260,7 +306,8 @@ impl EngineReport {
             sends,
             REQUESTS_PER_RUN,
             format!(
-                "{send_rate:.0} msgs/s = {:.2}× ceiling, {sends_cpu:.2} ms CPU each",
+                "{send_rate:.0} msgs/s = {:.2}× ceiling, {sends_cpu:.2} ms CPU and \
+                 {sends_kib:.1} KiB written each",
                 send_rate / floor_rate.max(1e-9)
             ),
         );
