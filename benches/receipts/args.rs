@@ -42,13 +42,16 @@ pub struct Args {
     pub scenarios: Vec<Scenario>,
     /// Waiting long-polls in `idle` (`--polls`), 10,000 by default.
     pub idle_polls: usize,
+    /// Server processes sharing them in `idle` (`--instances`), 1 by default; more than one
+    /// needs PostgreSQL.
+    pub idle_instances: usize,
     /// None: each scenario's default (both engines; SQLite only for `idle`).
     pub engines: Option<Vec<Engine>>,
 }
 
 pub const USAGE: &str = "usage: cargo bench --bench receipts -- \
      [seed|group-size|idle|cross-instance|large-group|all] [--engine sqlite|postgres|both] \
-     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit] [--polls N (idle)]";
+     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit] [--polls N (idle)] [--instances N (idle, PostgreSQL)]";
 
 pub fn parse_args() -> Result<Args, String> {
     let all = vec![
@@ -62,6 +65,7 @@ pub fn parse_args() -> Result<Args, String> {
     let mut engines = None;
     let mut tuning = DEFAULT_TUNING;
     let mut idle_polls = crate::idle::DEFAULT_IDLE_POLLS;
+    let mut idle_instances = 1;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -97,6 +101,13 @@ pub fn parse_args() -> Result<Args, String> {
                     .filter(|n| *n >= crate::idle::IDLE_GROUP_SIZE)
                     .ok_or("--polls needs a number of at least one group")?;
             }
+            "--instances" => {
+                idle_instances = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--instances needs a positive number")?;
+            }
             "seed" => scenarios.push(Scenario::Seed),
             "group-size" => scenarios.push(Scenario::GroupSize),
             "idle" => scenarios.push(Scenario::Idle),
@@ -114,5 +125,6 @@ pub fn parse_args() -> Result<Args, String> {
         scenarios,
         engines,
         idle_polls,
+        idle_instances,
     })
 }

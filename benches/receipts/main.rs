@@ -5,11 +5,14 @@
 //! ```sh
 //! cargo bench --bench receipts -- [seed|group-size|idle|cross-instance|large-group|all] \
 //!     [--engine sqlite|postgres|both] [--sqlite-sync full|normal]
+//! cargo bench --bench receipts -- idle --engine postgres --polls 50000 --instances 3
 //! ```
 //!
 //! `seed`, `group-size` and `cross-instance` run the real server in this process on 127.0.0.1
 //! port 0 (clients and server share the machine's cores); `idle` starts the release binary as a
-//! separate process so that its memory can be read from `/proc/<pid>/status`. Each engine run
+//! separate process (or several on one PostgreSQL database, `--instances`) so that its memory
+//! can be read from `/proc/<pid>/status`, and holds its polls in child processes of its own
+//! (`idle-holder`), as many as the open-file limit per process requires. Each engine run
 //! gets a fresh database: a temporary SQLite file (`synchronous = FULL`, the default), or a
 //! PostgreSQL database `chorus_bench_<random>` created from CHORUS_BENCH_DATABASE_URL (default
 //! postgres://postgres@127.0.0.1:5432/postgres) and dropped afterwards. Everything is set up
@@ -55,6 +58,9 @@ pub const CLIENT_THREAD_NAME: &str = "bench-client";
 // Two client threads on a two-core machine: clients share the cores with the in-process
 // server (two actix workers plus the database's blocking threads); the tables say so.
 fn main() {
+    if let Some(file) = idle::holder_file() {
+        return hold_polls(&file);
+    }
     let args = match parse_args() {
         Ok(args) => args,
         Err(e) => {
@@ -71,6 +77,19 @@ fn main() {
         .block_on(run(args));
 }
 
+/// A child process of `idle` that holds a share of its long-polls (see `idle::holder`).
+fn hold_polls(file: &str) {
+    let held = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("build the holder's runtime")
+        .block_on(idle::holder_main(file));
+    if let Err(e) = held {
+        eprintln!("idle holder: {e}");
+        std::process::exit(1);
+    }
+}
+
 async fn run(args: Args) {
     println!("# Chorus receipts and long-poll benchmark\n");
     println!("{}", machine_description());
@@ -85,7 +104,7 @@ async fn run(args: Args) {
             Scenario::GroupSize => group_size::bench(args.engines.as_ref().unwrap_or(&both)).await,
             Scenario::Idle => {
                 let engines = args.engines.as_deref().unwrap_or(&[Engine::Sqlite]);
-                idle::bench(engines, args.idle_polls).await
+                idle::bench(engines, args.idle_polls, args.idle_instances).await
             }
             Scenario::CrossInstance => {
                 cross_instance::bench(args.engines.as_ref().unwrap_or(&both)).await

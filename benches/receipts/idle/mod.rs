@@ -2,13 +2,25 @@
 //! process so that its memory can be read from /proc; then one message wakes one group.
 
 mod binary;
+mod holder;
 mod raw_poll;
 mod report;
 mod run;
 
 use std::time::Duration;
 
+use holder::POLLS_PER_HOLDER;
+
 use crate::support::engine::Engine;
+pub use holder::holder_main;
+
+/// The poll file when this process was started as a holder of `idle`'s polls.
+pub fn holder_file() -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    (args.next().as_deref() == Some(holder::HOLDER_COMMAND))
+        .then(|| args.next())
+        .flatten()
+}
 
 /// Waiting polls unless `--polls` says otherwise; one user, one connection each. A process
 /// holds at most its open-file limit of sockets (`ulimit -n`), the bench and the server each.
@@ -25,8 +37,13 @@ pub const IDLE_STEADY_AFTER: Duration = Duration::from_secs(20);
 
 pub struct IdleResult {
     pub engine: Engine,
+    /// Server processes the polls were spread over.
+    pub instances: usize,
+    /// Processes of this bench that held the polls.
+    pub holders: usize,
     /// Polls the run set out to open.
     pub polls: usize,
+    /// RSS and threads: summed over the server processes.
     pub rss_start: u64,
     pub rss_before: u64,
     pub rss_waiting: u64,
@@ -45,26 +62,32 @@ pub struct IdleResult {
     pub errors: String,
 }
 
-pub async fn bench(engines: &[Engine], polls: usize) {
+pub async fn bench(engines: &[Engine], polls: usize, instances: usize) {
     println!("## idle: {polls} concurrent idle long-polls\n");
     println!(
         "The release binary (`cargo build --release --bin chorus`) runs as its own process \
-         (defaults: actix workers = cores, pool 8, SQLite FULL; \
-         CHORUS_LOG=warn, CHORUS_LONGPOLL_MAX_TOTAL at least 20,000). {polls} users in {} groups of {IDLE_GROUP_SIZE}, each takes a \
-         `/v1/sync` cursor, then each opens one `GET /v1/sync?cursor=…&timeout_s=\
-         {IDLE_POLL_TIMEOUT_S}` on its own TCP connection (raw HTTP/1.1 from tokio tasks in \
-         the bench process, at most {IDLE_CONNECT_CONCURRENCY} connecting at once). RSS is \
-         `VmRSS` of `/proc/<pid>/status`: before the polls, with all of them waiting once \
-         three samples 500 ms apart agree within 1%, and again {} s after the opening began \
-         (the same polls still waiting). Then one message goes to one group: \
-         the wake-up times of its {IDLE_GROUP_SIZE} members' polls count from just before \
-         the send request.\n",
+         ({instances} of them on one database when more than one; defaults: actix workers = \
+         cores, pool 8, SQLite FULL; CHORUS_LOG=warn, CHORUS_LONGPOLL_MAX_TOTAL at least \
+         20,000). {polls} users in {} groups of {IDLE_GROUP_SIZE}, each takes a `/v1/sync` \
+         cursor, then each opens one `GET /v1/sync?cursor=…&timeout_s={IDLE_POLL_TIMEOUT_S}` \
+         on its own TCP connection, user i to server i mod {instances} (raw HTTP/1.1 from \
+         tokio tasks in child processes of the bench, up to {POLLS_PER_HOLDER} each, each \
+         with at most {IDLE_CONNECT_CONCURRENCY} connecting at once: a process holds only as \
+         many sockets as its open-file limit). RSS is `VmRSS` of `/proc/<pid>/status`, \
+         summed over the servers: before the polls, with all of them waiting once three \
+         samples 500 ms apart agree within 1%, and again {} s after the opening began (the \
+         same polls still waiting). Then one message goes to one group: the wake-up times of \
+         its {IDLE_GROUP_SIZE} members' polls count from just before the send request.\n",
         polls / IDLE_GROUP_SIZE,
         IDLE_STEADY_AFTER.as_secs(),
     );
     for &engine in engines {
         eprintln!("== idle, {}", engine.title());
-        match run::run_idle(engine, polls).await {
+        if instances > 1 && engine == Engine::Sqlite {
+            println!("SQLite: skipped: one SQLite database serves one process\n");
+            continue;
+        }
+        match run::run_idle(engine, polls, instances).await {
             Ok(r) => report::print(&r),
             Err(skip) => println!("{}: skipped: {skip}\n", engine.title()),
         }

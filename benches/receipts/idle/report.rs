@@ -9,9 +9,21 @@ pub fn print(r: &IdleResult) {
     let growth = r.rss_waiting.saturating_sub(r.rss_before);
     let wake = summarize(&r.wake.iter().map(|w| w.max(0.0)).collect::<Vec<_>>());
     let first = r.wake.iter().copied().reduce(f64::min);
-    println!("### {}\n", r.engine.title());
+    if r.instances > 1 {
+        println!(
+            "### {}, {} server processes (RSS and threads summed over them)\n",
+            r.engine.title(),
+            r.instances
+        );
+    } else {
+        println!("### {}\n", r.engine.title());
+    }
     println!("| measure | value |");
     println!("|---|--:|");
+    println!(
+        "| server processes / bench processes holding the polls | {} / {} |",
+        r.instances, r.holders
+    );
     println!("| server RSS at start | {:.1} MiB |", mib(r.rss_start));
     println!(
         "| server RSS after set-up, before the polls | {:.1} MiB |",
@@ -62,7 +74,7 @@ pub fn print(r: &IdleResult) {
         r.others_woken
     );
     println!(
-        "| bench process (client) RSS growth for the polls | {:.1} MiB |",
+        "| holding processes' (client) RSS growth for the polls | {:.1} MiB |",
         mib(r.client_rss_growth)
     );
     println!("| errors | {} |", r.errors);

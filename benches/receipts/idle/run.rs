@@ -1,7 +1,8 @@
-//! One idle run: the release binary as a child process, 10,000 users each with a waiting
-//! long-poll, the server's memory while they wait, and one message waking one group.
+//! One idle run: the release binary as one or more child processes, 10,000 users (or as many
+//! as asked) each with a waiting long-poll, the servers' memory while they wait, and one
+//! message waking one group.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,10 +10,11 @@ use futures::stream::{self, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::binary::build_server_binary;
-use super::raw_poll::{raw_poll, PollAnswer};
+use super::holder::{start_holders, Holders, PollSpec};
+use super::raw_poll::PollAnswer;
 use super::{
-    IdleResult, IDLE_CONNECT_CONCURRENCY, IDLE_GROUP_SIZE, IDLE_OPEN_LIMIT, IDLE_POLL_TIMEOUT_S,
-    IDLE_SETTLE_LIMIT, IDLE_SETUP_CONCURRENCY, IDLE_STEADY_AFTER, IDLE_WAKE_LIMIT,
+    IdleResult, IDLE_GROUP_SIZE, IDLE_OPEN_LIMIT, IDLE_SETTLE_LIMIT, IDLE_SETUP_CONCURRENCY,
+    IDLE_STEADY_AFTER, IDLE_WAKE_LIMIT,
 };
 use crate::api::{create_group, feed_cursor, send_message, CountingHttp};
 use crate::measure::{ms, signed_ms, Errors};
@@ -23,12 +25,35 @@ use crate::support::proc_status::{proc_status_kib, rss_kib};
 use crate::support::scratch_db::ScratchDb;
 use crate::support::tokens::TokenMint;
 
-/// The server process and what it runs on, kept alive together.
-struct Child {
-    server: ChildServer,
+/// The server processes and what they run on, kept alive together. Set-up and the waking
+/// message go through the first.
+struct Children {
+    servers: Vec<ChildServer>,
     http: CountingHttp,
     _db: Option<ScratchDb>,
-    _data_dir: tempfile::TempDir,
+    _data_dirs: Vec<tempfile::TempDir>,
+}
+
+impl Children {
+    fn pids(&self) -> Vec<u32> {
+        self.servers.iter().map(ChildServer::pid).collect()
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.servers.iter().map(|s| s.port).collect()
+    }
+}
+
+/// `VmRSS` summed over `pids`, KiB.
+fn total_rss_kib(pids: &[u32]) -> u64 {
+    pids.iter().map(|pid| rss_kib(*pid)).sum()
+}
+
+/// A `/proc/<pid>/status` field summed over `pids`.
+fn total_status_kib(pids: &[u32], field: &str) -> u64 {
+    pids.iter()
+        .map(|pid| proc_status_kib(*pid, field).unwrap_or(0))
+        .sum()
 }
 
 /// The users and what they need to poll: a token and a `/v1/sync` cursor each.
@@ -38,53 +63,59 @@ struct Users {
     cursors: Vec<String>,
 }
 
-/// The waiting polls: their tasks and answers, and how the opening went.
+/// The waiting polls: the processes that hold them and their answers, and how the opening
+/// went.
 struct OpenPolls {
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    answers: UnboundedReceiver<PollAnswer>,
+    holders: Holders,
+    _files: tempfile::TempDir,
     started: Instant,
     secs: f64,
     opened: usize,
 }
 
-pub async fn run_idle(engine: Engine, polls: usize) -> Result<IdleResult, String> {
-    let child = start_child(engine, polls).await?;
-    let pid = child.server.pid();
-    let rss_start = rss_kib(pid);
-    let users = create_users(&child.http, polls).await?;
+pub async fn run_idle(
+    engine: Engine,
+    polls: usize,
+    instances: usize,
+) -> Result<IdleResult, String> {
+    let children = start_children(engine, polls, instances).await?;
+    let pids = children.pids();
+    let rss_start = total_rss_kib(&pids);
+    let users = create_users(&children.http, polls).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss_before = rss_kib(pid);
-    let threads_before = proc_status_kib(pid, "Threads:").unwrap_or(0);
-    let client_rss_before = rss_kib(std::process::id());
+    let rss_before = total_rss_kib(&pids);
+    let threads_before = total_status_kib(&pids, "Threads:");
 
-    let mut polls = open_polls(child.server.port, &users).await;
+    let mut polls = open_polls(&children.ports(), &users).await?;
     eprintln!(
-        "idle: {} requests written; waiting for the server's RSS to settle",
+        "idle: {} requests written; waiting for the servers' RSS to settle",
         polls.opened
     );
-    wait_for_rss_to_settle(pid).await;
-    let rss_waiting = rss_kib(pid);
-    let threads_waiting = proc_status_kib(pid, "Threads:").unwrap_or(0);
+    wait_for_rss_to_settle(&pids).await;
+    let rss_waiting = total_rss_kib(&pids);
+    let threads_waiting = total_status_kib(&pids, "Threads:");
     // Threads tokio started for the burst of database reads idle out after 10 s; a later
     // sample shows the steady state of the same waiting polls.
     let steady_at = polls.started + Duration::from_secs(polls.secs as u64) + IDLE_STEADY_AFTER;
     tokio::time::sleep_until(steady_at.into()).await;
-    let rss_steady = rss_kib(pid);
-    let threads_steady = proc_status_kib(pid, "Threads:").unwrap_or(0);
+    let rss_steady = total_rss_kib(&pids);
+    let threads_steady = total_status_kib(&pids, "Threads:");
     let steady_secs = steady_at.duration_since(polls.started).as_secs_f64();
-    let hwm = proc_status_kib(pid, "VmHWM:").unwrap_or(0);
-    let client_rss_growth = rss_kib(std::process::id()).saturating_sub(client_rss_before);
-    let early = early_answers(&mut polls.answers);
+    let hwm = total_status_kib(&pids, "VmHWM:");
+    let client_rss_growth = polls.holders.rss_growth_kib.load(Ordering::Relaxed);
+    let early = early_answers(&mut polls.holders.answers);
 
     let errors = Errors::default();
-    let wake = wake_one_group(&child.http, &users, &mut polls.answers, &errors).await;
-    eprintln!("idle: stopping the server");
-    drop(child);
-    for poll in &polls.tasks {
-        poll.abort();
-    }
+    let wake = wake_one_group(&children.http, &users, &mut polls.holders.answers, &errors).await;
+    eprintln!("idle: stopping the servers");
+    drop(children);
+    let holders = polls.holders.count;
+    let (opened, open_secs) = (polls.opened, polls.secs);
+    drop(polls);
     Ok(IdleResult {
         engine,
+        instances,
+        holders,
         polls: users.cursors.len(),
         rss_start,
         rss_before,
@@ -94,8 +125,8 @@ pub async fn run_idle(engine: Engine, polls: usize) -> Result<IdleResult, String
         threads: [threads_before, threads_waiting, threads_steady],
         hwm,
         client_rss_growth,
-        opened: polls.opened,
-        open_secs: polls.secs,
+        opened,
+        open_secs,
         early,
         send_ms: wake.send_ms,
         wake: wake.samples,
@@ -104,35 +135,46 @@ pub async fn run_idle(engine: Engine, polls: usize) -> Result<IdleResult, String
     })
 }
 
-/// The release binary with the production defaults, but room for every poll.
-async fn start_child(engine: Engine, polls: usize) -> Result<Child, String> {
+/// The release binary with the production defaults, but room for every poll: `instances`
+/// processes on one database (PostgreSQL when more than one), each in a data directory of
+/// its own.
+async fn start_children(
+    engine: Engine,
+    polls: usize,
+    instances: usize,
+) -> Result<Children, String> {
     let binary = build_server_binary()?;
     let db = match engine {
         Engine::Postgres => Some(bench_database(engine)?),
         Engine::Sqlite => None,
     };
-    let data_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let max_waiters = polls.max(10_000).saturating_mul(2).to_string();
-    let config = ChildConfig {
-        binary: &binary,
-        data_dir: data_dir.path(),
-        database_url: db.as_ref().map(ScratchDb::url),
-        env: &[
-            ("CHORUS_LONGPOLL_MAX_TOTAL", &max_waiters),
-            ("CHORUS_LOG", "warn"),
-        ],
-    };
-    let mut server = ChildServer::spawn(&config, data_dir.path().join("server.log"))?;
-    let http = CountingHttp::new(server.base.clone(), Arc::new(AtomicU64::new(0)));
     let client = crate::support::http::client(Duration::from_secs(5));
-    server
-        .wait_healthy(&client, Duration::from_secs(30))
-        .await?;
-    Ok(Child {
-        server,
+    let (mut servers, mut data_dirs) = (Vec::new(), Vec::new());
+    for _ in 0..instances {
+        let data_dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let config = ChildConfig {
+            binary: &binary,
+            data_dir: data_dir.path(),
+            database_url: db.as_ref().map(ScratchDb::url),
+            env: &[
+                ("CHORUS_LONGPOLL_MAX_TOTAL", &max_waiters),
+                ("CHORUS_LOG", "warn"),
+            ],
+        };
+        let mut server = ChildServer::spawn(&config, data_dir.path().join("server.log"))?;
+        server
+            .wait_healthy(&client, Duration::from_secs(30))
+            .await?;
+        servers.push(server);
+        data_dirs.push(data_dir);
+    }
+    let http = CountingHttp::new(servers[0].base.clone(), Arc::new(AtomicU64::new(0)));
+    Ok(Children {
+        servers,
         http,
         _db: db,
-        _data_dir: data_dir,
+        _data_dirs: data_dirs,
     })
 }
 
@@ -172,53 +214,52 @@ async fn create_users(http: &CountingHttp, polls: usize) -> Result<Users, String
     })
 }
 
-/// One `GET /v1/sync` per user on its own connection; returns once all are written or
+/// One `GET /v1/sync` per user on its own connection, user i to server i mod the servers'
+/// count, held by child processes; returns once every holder has written its requests or
 /// [`IDLE_OPEN_LIMIT`] has passed.
-async fn open_polls(port: u16, users: &Users) -> OpenPolls {
+async fn open_polls(ports: &[u16], users: &Users) -> Result<OpenPolls, String> {
     let polls = users.cursors.len();
-    eprintln!("idle: opening {polls} long-polls");
-    let permits = Arc::new(tokio::sync::Semaphore::new(IDLE_CONNECT_CONCURRENCY));
-    let opened = Arc::new(AtomicUsize::new(0));
-    let (answers_tx, answers) = tokio::sync::mpsc::unbounded_channel::<PollAnswer>();
+    let specs: Vec<PollSpec> = users
+        .cursors
+        .iter()
+        .enumerate()
+        .map(|(user, cursor)| PollSpec {
+            user,
+            port: ports[user % ports.len()],
+            token: users.tokens[user].clone(),
+            cursor: cursor.clone(),
+        })
+        .collect();
+    let files = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(polls);
-    for (user, cursor) in users.cursors.iter().enumerate() {
-        let request = format!(
-            "GET /v1/sync?cursor={cursor}&timeout_s={IDLE_POLL_TIMEOUT_S} HTTP/1.1\r\n\
-             Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-            users.tokens[user]
-        );
-        let (permits, opened, tx) = (permits.clone(), opened.clone(), answers_tx.clone());
-        tasks.push(tokio::spawn(async move {
-            let status = raw_poll(port, request, permits, opened).await;
-            let _ = tx.send(PollAnswer {
-                user,
-                at: Instant::now(),
-                status,
-            });
-        }));
-    }
-    drop(answers_tx);
-    while opened.load(Ordering::Relaxed) < polls && started.elapsed() < IDLE_OPEN_LIMIT {
+    let holders = start_holders(&specs, files.path())?;
+    eprintln!(
+        "idle: opening {polls} long-polls from {} processes",
+        holders.count
+    );
+    // Each holder stops waiting at the open limit itself; a little more for it to say so.
+    let limit = IDLE_OPEN_LIMIT + Duration::from_secs(5);
+    while holders.done_opening.load(Ordering::Relaxed) < holders.count && started.elapsed() < limit
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    OpenPolls {
-        tasks,
-        answers,
+    Ok(OpenPolls {
+        opened: holders.opened.load(Ordering::Relaxed),
+        holders,
+        _files: files,
         started,
         secs: started.elapsed().as_secs_f64(),
-        opened: opened.load(Ordering::Relaxed),
-    }
+    })
 }
 
 /// Until three samples 500 ms apart agree within 1% (after at least 2 s), or
 /// [`IDLE_SETTLE_LIMIT`].
-async fn wait_for_rss_to_settle(pid: u32) {
+async fn wait_for_rss_to_settle(pids: &[u32]) {
     let settle_start = Instant::now();
     let mut samples: Vec<u64> = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        samples.push(rss_kib(pid));
+        samples.push(total_rss_kib(pids));
         let last3 = &samples[samples.len().saturating_sub(3)..];
         let (lo, hi) = (
             *last3.iter().min().unwrap_or(&0),
