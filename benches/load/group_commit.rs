@@ -9,10 +9,11 @@
 //! ceiling server on the server's database; the variants alternate, twice, so a drift of the
 //! machine's load shows up as a difference between rounds rather than between variants.
 //! CPU per request is the whole bench process's (clients and server share it), read from
-//! `/proc/self/stat`. Bytes written per request say what the flushes carry: on SQLite every
-//! byte the process wrote (`wchar` of `/proc/self/io`: WAL frames, checkpoints into the
-//! database file, and both ends of the HTTP traffic, a few hundred bytes), on PostgreSQL the
-//! WAL the cluster generated.
+//! `/proc/self/stat`. Bytes written per request say what the flushes carry: on SQLite what the
+//! process passed to write calls (`wchar` of `/proc/self/io`: WAL frames and checkpoints into
+//! the database file; sockets write with `send`, which it does not count), on PostgreSQL the
+//! WAL the cluster generated. The ceiling and the sends share one database, so a checkpoint
+//! during a run also copies pages the run before it wrote to the WAL.
 
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use crate::seed::{seed_group, users};
 use crate::server::BenchServer;
 use crate::support::engine::Engine;
 use crate::support::http::Http;
+use crate::support::proc_status::{bytes_written_by_self, stat_ticks, TICKS_PER_SEC};
 use crate::{CONCURRENCY, CONTENT, REQUEST_TIMEOUT};
 
 const REQUESTS_PER_RUN: usize = 3000;
@@ -100,9 +102,9 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
         "Group commit: the ceiling is a trivial insert (one row, one column) behind the same \
          actix-web settings and the same database write path as the API (a transaction per \
          write on PostgreSQL), in this process. CPU is the whole bench process's (client and \
-         server) per request. KiB written per request: on SQLite everything the process wrote \
-         (WAL frames, checkpoints, both ends of the HTTP traffic), on PostgreSQL the WAL \
-         generated."
+         server) per request. KiB written per request: on SQLite the process's write calls \
+         (WAL frames and checkpoints, which may copy pages the run before wrote; not the \
+         sockets), on PostgreSQL the WAL generated."
             .into(),
     );
 }
@@ -226,27 +228,13 @@ impl CeilingServer {
 
 /// CPU seconds the whole process used (user + system), from `/proc/self/stat`.
 fn process_cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) close with ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; Linux
-    // counts them in USER_HZ, which is 100 on every Linux we run on.
-    (ticks(11) + ticks(12)) / 100.0
+    stat_ticks("/proc/self/stat").map_or(0.0, |(_, ticks)| ticks as f64 / TICKS_PER_SEC)
 }
 
-/// What has been written so far, in bytes: on SQLite by this process (`wchar`, every write
-/// and send call), on PostgreSQL to the cluster's WAL.
-fn bytes_written(conn: &mut AnyConnection) -> f64 {
+/// What has been written so far, in bytes: on SQLite by this process's write calls (the WAL
+/// and checkpoints; see [`bytes_written_by_self`]), on PostgreSQL to the cluster's WAL. None
+/// when it cannot be read.
+fn bytes_written(conn: &mut AnyConnection) -> Option<f64> {
     #[derive(QueryableByName)]
     struct Lsn {
         #[diesel(sql_type = diesel::sql_types::Double)]
@@ -254,24 +242,24 @@ fn bytes_written(conn: &mut AnyConnection) -> f64 {
     }
     match conn {
         AnyConnection::Postgresql(c) => diesel::sql_query(
-            "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS DOUBLE PRECISION) \
-             AS bytes",
+            "SELECT CAST(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') \
+             AS DOUBLE PRECISION) AS bytes",
         )
         .get_result::<Lsn>(c)
-        .map(|lsn| lsn.bytes)
-        .expect("read the WAL position"),
-        AnyConnection::Sqlite(_) => {
-            let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
-            io.lines()
-                .find_map(|line| line.strip_prefix("wchar:"))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        }
+        .ok()
+        .map(|lsn| lsn.bytes),
+        AnyConnection::Sqlite(_) => bytes_written_by_self().map(|b| b as f64),
     }
 }
 
-fn kib_per_request(before: f64, after: f64, run: &Measured) -> f64 {
-    (after - before) / 1024.0 / run.ok.max(1) as f64
+/// KiB written per successful request of `run`, as "12.3" or "n/a".
+fn kib_per_request(before: Option<f64>, after: Option<f64>, run: &Measured) -> String {
+    match (before, after) {
+        (Some(before), Some(after)) => {
+            format!("{:.1}", (after - before) / 1024.0 / run.ok.max(1) as f64)
+        }
+        _ => "n/a".into(),
+    }
 }
 
 /// The run's result and the CPU milliseconds per successful request it took.
@@ -287,8 +275,8 @@ impl EngineReport {
         &mut self,
         variant: &str,
         c: usize,
-        (floor, floor_cpu, floor_kib): (&Measured, f64, f64),
-        (sends, sends_cpu, sends_kib): (&Measured, f64, f64),
+        (floor, floor_cpu, floor_kib): (&Measured, f64, String),
+        (sends, sends_cpu, sends_kib): (&Measured, f64, String),
     ) {
         let (floor_rate, send_rate) = (floor.rate(floor.ok), sends.rate(sends.ok));
         self.row(
@@ -297,7 +285,7 @@ impl EngineReport {
             floor,
             REQUESTS_PER_RUN,
             format!(
-                "{floor_rate:.0} req/s, {floor_cpu:.2} ms CPU and {floor_kib:.1} KiB written each"
+                "{floor_rate:.0} req/s, {floor_cpu:.2} ms CPU and {floor_kib} KiB written each"
             ),
         );
         self.row(
@@ -307,7 +295,7 @@ impl EngineReport {
             REQUESTS_PER_RUN,
             format!(
                 "{send_rate:.0} msgs/s = {:.2}× ceiling, {sends_cpu:.2} ms CPU and \
-                 {sends_kib:.1} KiB written each",
+                 {sends_kib} KiB written each",
                 send_rate / floor_rate.max(1e-9)
             ),
         );

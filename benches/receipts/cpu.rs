@@ -6,19 +6,8 @@ use std::collections::HashMap;
 use chorus::db::AnyConnection;
 use diesel::prelude::*;
 
+use crate::support::proc_status::{stat_ticks, TICKS_PER_SEC};
 use crate::CLIENT_THREAD_NAME;
-
-/// A thread's or process's name and CPU ticks (user + system; USER_HZ is 100 in /proc's ABI).
-fn stat_ticks(path: &str) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(path).ok()?;
-    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
-    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((stat[open + 1..close].to_owned(), utime + stime))
-}
-
-const TICKS_PER_SEC: f64 = 100.0;
 
 pub struct CpuSample {
     process: u64,

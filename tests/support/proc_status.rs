@@ -19,6 +19,31 @@ pub fn rss_kib(pid: u32) -> u64 {
     proc_status_kib(pid, "VmRSS:").unwrap_or(0)
 }
 
+/// A thread's or process's name and CPU ticks (user + system) from its `stat` file
+/// (`/proc/<pid>/stat`, `/proc/self/task/<tid>/stat`); ticks are USER_HZ, 100 in /proc's ABI.
+pub fn stat_ticks(path: &str) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    // The name may hold spaces and parentheses; the fields after it start past the last ')'.
+    let (open, close) = (stat.find('(')?, stat.rfind(')')?);
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((stat[open + 1..close].to_owned(), utime + stime))
+}
+
+/// CPU ticks per second in /proc's ABI (USER_HZ).
+pub const TICKS_PER_SEC: f64 = 100.0;
+
+/// Bytes this process has passed to write calls (`wchar` of `/proc/self/io`): `write`,
+/// `pwrite` and `writev` on files and sockets, but not `send`, which is how Rust's and
+/// tokio's sockets write.
+pub fn bytes_written_by_self() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }

@@ -73,13 +73,16 @@ impl ScratchDb {
     }
 }
 
-/// Refreshes PostgreSQL's statistics, as autovacuum does on a running service within a
-/// minute or so of a table's first rows. A bench that measures right after seeding would
-/// otherwise measure plans made for tables the planner believes empty, which walk a group's
-/// index where they should look one row up: the send path's `client_msg_id` look-up read
-/// every earlier message of its sender in the group (seeding 20,000 messages from one sender
-/// took 40-90 s instead of a few), and the chat list's last line was looked for once per
-/// message of the group.
+/// Gathers PostgreSQL's planner statistics, as autovacuum does on a running service: it
+/// analyzes a table once the rows changed since the last time pass 50 plus 10% of the table
+/// (`autovacuum_analyze_threshold`, `autovacuum_analyze_scale_factor`), looking once a minute
+/// (`autovacuum_naptime`). A table never analyzed has no column statistics, so the planner
+/// guesses every condition's selectivity, and with a guess two indexes that both start with
+/// `group_id` look alike; it took the one that walks the group where the other finds one
+/// row: the send path's `client_msg_id` look-up read every earlier message of its sender in
+/// the group (seeding 20,000 messages from one sender took 40-90 s instead of a few), and the
+/// chat list's last line was looked for once per message of the group. A bench that measured
+/// right after seeding would measure those plans, which no running service has for long.
 pub fn analyze(conn: &mut chorus::db::AnyConnection) {
     use diesel::RunQueryDsl;
     if let chorus::db::AnyConnection::Postgresql(c) = conn {

@@ -23,8 +23,8 @@ use super::raw_poll::{raw_poll, PollAnswer};
 use super::{IDLE_CONNECT_CONCURRENCY, IDLE_OPEN_LIMIT, IDLE_POLL_TIMEOUT_S};
 use crate::support::proc_status::rss_kib;
 
-/// Polls per holder process: well under the open-file limit, with room for the process's
-/// own files.
+/// Polls per holder process: well under the open-file limit of this host (20,000), with room
+/// for the process's own files. A host with a lower `ulimit -n` needs a lower figure.
 pub const POLLS_PER_HOLDER: usize = 15_000;
 
 /// The subcommand a holder process is started with.
@@ -55,11 +55,16 @@ pub struct Holders {
 pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holders, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let (tx, answers) = unbounded_channel();
-    let opened = Arc::new(AtomicUsize::new(0));
-    let done_opening = Arc::new(AtomicUsize::new(0));
-    let rss_growth_kib = Arc::new(AtomicU64::new(0));
     let clock = WallClock::now();
-    let mut children = Vec::new();
+    // Built first, so that its Drop stops the holders already started if a later one fails.
+    let mut holders = Holders {
+        children: Vec::new(),
+        answers,
+        opened: Arc::new(AtomicUsize::new(0)),
+        done_opening: Arc::new(AtomicUsize::new(0)),
+        rss_growth_kib: Arc::new(AtomicU64::new(0)),
+        count: 0,
+    };
     for (i, share) in polls.chunks(POLLS_PER_HOLDER).enumerate() {
         let path = dir.join(format!("holder-{i}.tsv"));
         write_specs(&path, share)?;
@@ -70,28 +75,48 @@ pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holder
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start a poll holder: {e}"))?;
-        let stdout = child.stdout.take().ok_or("a holder without stdout")?;
+        let stdout = child.stdout.take();
+        holders.children.push(child);
+        holders.count += 1;
+        let stdout = stdout.ok_or("a holder without stdout")?;
         let report = Report {
+            holder: i,
             tx: tx.clone(),
-            opened: opened.clone(),
-            done_opening: done_opening.clone(),
-            rss_growth_kib: rss_growth_kib.clone(),
+            opened: holders.opened.clone(),
+            done_opening: holders.done_opening.clone(),
+            rss_growth_kib: holders.rss_growth_kib.clone(),
             clock,
         };
         std::thread::Builder::new()
             .name(format!("holder-{i}-reports"))
             .spawn(move || read_reports(stdout, &report))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
-        children.push(child);
     }
-    Ok(Holders {
-        count: children.len(),
-        children,
-        answers,
-        opened,
-        done_opening,
-        rss_growth_kib,
-    })
+    Ok(holders)
+}
+
+impl Holders {
+    /// What went wrong with the holders so far: one that has not reported its polls written,
+    /// or that has exited (a holder runs until the run ends).
+    pub fn problems(&mut self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let done = self.done_opening.load(Ordering::Relaxed);
+        if done < self.count {
+            problems.push(format!(
+                "{} of {} holders did not report their polls written",
+                self.count - done,
+                self.count
+            ));
+        }
+        for (i, child) in self.children.iter_mut().enumerate() {
+            match child.try_wait() {
+                Ok(Some(status)) => problems.push(format!("holder {i} exited: {status}")),
+                Ok(None) => {}
+                Err(e) => problems.push(format!("holder {i}: {e}")),
+            }
+        }
+        problems
+    }
 }
 
 impl Drop for Holders {
@@ -116,6 +141,7 @@ fn write_specs(path: &std::path::Path, specs: &[PollSpec]) -> Result<(), String>
 
 /// Where a holder's lines go in the parent.
 struct Report {
+    holder: usize,
     tx: UnboundedSender<PollAnswer>,
     opened: Arc<AtomicUsize>,
     done_opening: Arc<AtomicUsize>,
@@ -123,32 +149,50 @@ struct Report {
     clock: WallClock,
 }
 
-/// Reads a holder's lines until it exits (on a thread of its own: the pipe blocks).
+/// Reads a holder's lines until it exits (on a thread of its own: the pipe blocks). A line
+/// it cannot read is printed, so a change to the protocol cannot go unnoticed.
 fn read_reports(stdout: ChildStdout, report: &Report) {
     for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else {
-            return;
-        };
+        match line {
+            Ok(line) => {
+                if !report.take(&line) {
+                    eprintln!("idle: holder {} said {line:?}", report.holder);
+                }
+            }
+            Err(e) => {
+                eprintln!("idle: holder {}'s output: {e}", report.holder);
+                return;
+            }
+        }
+    }
+}
+
+impl Report {
+    /// Takes one line of a holder's; false when it is not one of the protocol's.
+    fn take(&self, line: &str) -> bool {
         let mut words = line.splitn(4, ' ');
         match (words.next(), words.next(), words.next(), words.next()) {
             (Some("opened"), Some(written), Some(rss), None) => {
-                let written: usize = written.parse().unwrap_or(0);
-                report.opened.fetch_add(written, Ordering::Relaxed);
-                let rss: u64 = rss.parse().unwrap_or(0);
-                report.rss_growth_kib.fetch_add(rss, Ordering::Relaxed);
-                report.done_opening.fetch_add(1, Ordering::Relaxed);
+                let (Ok(written), Ok(rss)) = (written.parse::<usize>(), rss.parse::<u64>()) else {
+                    return false;
+                };
+                self.opened.fetch_add(written, Ordering::Relaxed);
+                self.rss_growth_kib.fetch_add(rss, Ordering::Relaxed);
+                self.done_opening.fetch_add(1, Ordering::Relaxed);
+                true
             }
             (Some("answer"), Some(user), Some(nanos), Some(status)) => {
                 let (Ok(user), Ok(nanos)) = (user.parse(), nanos.parse()) else {
-                    continue;
+                    return false;
                 };
                 let status = status
                     .parse::<u16>()
                     .map_err(|_| status.trim_start_matches("error: ").to_owned());
-                let at = report.clock.instant_of(nanos);
-                let _ = report.tx.send(PollAnswer { user, at, status });
+                let at = self.clock.instant_of(nanos);
+                let _ = self.tx.send(PollAnswer { user, at, status });
+                true
             }
-            _ => eprintln!("idle: a holder said {line:?}"),
+            _ => false,
         }
     }
 }
@@ -209,7 +253,9 @@ pub async fn holder_main(file: &str) -> Result<(), String> {
     let rss_before = rss_kib(std::process::id());
     let permits = Arc::new(tokio::sync::Semaphore::new(IDLE_CONNECT_CONCURRENCY));
     let opened = Arc::new(AtomicUsize::new(0));
-    let (tx, mut answers) = unbounded_channel::<(usize, Result<u16, String>)>();
+    // Each answer's time is read in its task as the answer completes, before it waits for
+    // this process's output.
+    let (tx, mut answers) = unbounded_channel::<(usize, u128, Result<u16, String>)>();
     for spec in &specs {
         let request = format!(
             "GET /v1/sync?cursor={}&timeout_s={IDLE_POLL_TIMEOUT_S} HTTP/1.1\r\n\
@@ -220,7 +266,7 @@ pub async fn holder_main(file: &str) -> Result<(), String> {
         let (user, port) = (spec.user, spec.port);
         tokio::spawn(async move {
             let status = raw_poll(port, request, permits, opened).await;
-            let _ = tx.send((user, status));
+            let _ = tx.send((user, unix_nanos(), status));
         });
     }
     drop(tx);
@@ -233,12 +279,12 @@ pub async fn holder_main(file: &str) -> Result<(), String> {
         "opened {} {growth}",
         opened.load(Ordering::Relaxed)
     ));
-    while let Some((user, status)) = answers.recv().await {
+    while let Some((user, at, status)) = answers.recv().await {
         let status = match status {
             Ok(code) => code.to_string(),
             Err(e) => format!("error: {e}"),
         };
-        say(&format!("answer {user} {} {status}", unix_nanos()));
+        say(&format!("answer {user} {at} {status}"));
     }
     Ok(())
 }

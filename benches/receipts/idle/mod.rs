@@ -1,5 +1,7 @@
-//! idle: 10,000 concurrent idle long-polls against the release binary, run as its own
-//! process so that its memory can be read from /proc; then one message wakes one group.
+//! idle: 10,000 concurrent idle long-polls (or `--polls`) against the release binary, run as
+//! a process of its own so that its memory can be read from /proc (or as `--instances`
+//! processes on one PostgreSQL database), the polls held by child processes of the bench;
+//! then one message wakes one group.
 
 mod binary;
 mod holder;
@@ -23,7 +25,8 @@ pub fn holder_file() -> Option<String> {
 }
 
 /// Waiting polls unless `--polls` says otherwise; one user, one connection each. A process
-/// holds at most its open-file limit of sockets (`ulimit -n`), the bench and the server each.
+/// holds at most its open-file limit of sockets (`ulimit -n`): each server process holds its
+/// share, each holder process at most [`POLLS_PER_HOLDER`].
 pub const DEFAULT_IDLE_POLLS: usize = 10_000;
 pub const IDLE_GROUP_SIZE: usize = 100;
 pub const IDLE_POLL_TIMEOUT_S: u64 = 60;

@@ -39,7 +39,12 @@ pub fn print(r: &IdleResult) {
         r.steady_secs,
         mib(r.rss_steady)
     );
-    println!("| server peak RSS (VmHWM) | {:.1} MiB |", mib(r.hwm));
+    let peak = if r.instances > 1 {
+        "sum of each server's peak RSS (VmHWM)"
+    } else {
+        "server peak RSS (VmHWM)"
+    };
+    println!("| {peak} | {:.1} MiB |", mib(r.hwm));
     let steady_growth = r.rss_steady.saturating_sub(r.rss_before);
     println!(
         "| growth per waiting poll (settled / later) | {:.1} / {:.1} KiB |",
@@ -74,7 +79,7 @@ pub fn print(r: &IdleResult) {
         r.others_woken
     );
     println!(
-        "| holding processes' (client) RSS growth for the polls | {:.1} MiB |",
+        "| holding processes' (client) RSS growth, once their polls were written | {:.1} MiB |",
         mib(r.client_rss_growth)
     );
     println!("| errors | {} |", r.errors);

@@ -27,20 +27,20 @@ use crate::support::tokens::TokenMint;
 
 /// The server processes and what they run on, kept alive together. Set-up and the waking
 /// message go through the first.
-struct Children {
-    servers: Vec<ChildServer>,
+struct Servers {
+    processes: Vec<ChildServer>,
     http: CountingHttp,
     _db: Option<ScratchDb>,
     _data_dirs: Vec<tempfile::TempDir>,
 }
 
-impl Children {
+impl Servers {
     fn pids(&self) -> Vec<u32> {
-        self.servers.iter().map(ChildServer::pid).collect()
+        self.processes.iter().map(ChildServer::pid).collect()
     }
 
     fn ports(&self) -> Vec<u16> {
-        self.servers.iter().map(|s| s.port).collect()
+        self.processes.iter().map(|s| s.port).collect()
     }
 }
 
@@ -49,8 +49,8 @@ fn total_rss_kib(pids: &[u32]) -> u64 {
     pids.iter().map(|pid| rss_kib(*pid)).sum()
 }
 
-/// A `/proc/<pid>/status` field summed over `pids`.
-fn total_status_kib(pids: &[u32], field: &str) -> u64 {
+/// A `/proc/<pid>/status` field (a size in KiB or a count) summed over `pids`.
+fn total_status(pids: &[u32], field: &str) -> u64 {
     pids.iter()
         .map(|pid| proc_status_kib(*pid, field).unwrap_or(0))
         .sum()
@@ -78,40 +78,47 @@ pub async fn run_idle(
     polls: usize,
     instances: usize,
 ) -> Result<IdleResult, String> {
-    let children = start_children(engine, polls, instances).await?;
-    let pids = children.pids();
+    let servers = start_servers(engine, polls, instances).await?;
+    let pids = servers.pids();
     let rss_start = total_rss_kib(&pids);
-    let users = create_users(&children.http, polls).await?;
+    let users = create_users(&servers.http, polls).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = total_rss_kib(&pids);
-    let threads_before = total_status_kib(&pids, "Threads:");
+    let threads_before = total_status(&pids, "Threads:");
 
-    let mut polls = open_polls(&children.ports(), &users).await?;
+    let errors = Errors::default();
+    let mut polls = open_polls(&servers.ports(), &users).await?;
+    for problem in polls.holders.problems() {
+        errors.add(problem);
+    }
     eprintln!(
         "idle: {} requests written; waiting for the servers' RSS to settle",
         polls.opened
     );
     wait_for_rss_to_settle(&pids).await;
     let rss_waiting = total_rss_kib(&pids);
-    let threads_waiting = total_status_kib(&pids, "Threads:");
+    let threads_waiting = total_status(&pids, "Threads:");
     // Threads tokio started for the burst of database reads idle out after 10 s; a later
     // sample shows the steady state of the same waiting polls.
     let steady_at = polls.started + Duration::from_secs(polls.secs as u64) + IDLE_STEADY_AFTER;
     tokio::time::sleep_until(steady_at.into()).await;
     let rss_steady = total_rss_kib(&pids);
-    let threads_steady = total_status_kib(&pids, "Threads:");
+    let threads_steady = total_status(&pids, "Threads:");
     let steady_secs = steady_at.duration_since(polls.started).as_secs_f64();
-    let hwm = total_status_kib(&pids, "VmHWM:");
+    let hwm = total_status(&pids, "VmHWM:");
     let client_rss_growth = polls.holders.rss_growth_kib.load(Ordering::Relaxed);
     let early = early_answers(&mut polls.holders.answers);
 
-    let errors = Errors::default();
-    let wake = wake_one_group(&children.http, &users, &mut polls.holders.answers, &errors).await;
-    eprintln!("idle: stopping the servers");
-    drop(children);
+    let wake = wake_one_group(&servers.http, &users, &mut polls.holders.answers, &errors).await;
+    for problem in polls.holders.problems() {
+        errors.add(problem);
+    }
     let holders = polls.holders.count;
     let (opened, open_secs) = (polls.opened, polls.secs);
+    // The holders go first: with the servers gone first, every poll they hold would fail.
     drop(polls);
+    eprintln!("idle: stopping the servers");
+    drop(servers);
     Ok(IdleResult {
         engine,
         instances,
@@ -138,11 +145,7 @@ pub async fn run_idle(
 /// The release binary with the production defaults, but room for every poll: `instances`
 /// processes on one database (PostgreSQL when more than one), each in a data directory of
 /// its own.
-async fn start_children(
-    engine: Engine,
-    polls: usize,
-    instances: usize,
-) -> Result<Children, String> {
+async fn start_servers(engine: Engine, polls: usize, instances: usize) -> Result<Servers, String> {
     let binary = build_server_binary()?;
     let db = match engine {
         Engine::Postgres => Some(bench_database(engine)?),
@@ -170,8 +173,8 @@ async fn start_children(
         data_dirs.push(data_dir);
     }
     let http = CountingHttp::new(servers[0].base.clone(), Arc::new(AtomicU64::new(0)));
-    Ok(Children {
-        servers,
+    Ok(Servers {
+        processes: servers,
         http,
         _db: db,
         _data_dirs: data_dirs,

@@ -21,8 +21,8 @@ pub const SEED_MESSAGES: i64 = 200;
 pub const SEED_PACE: Duration = Duration::from_millis(20);
 pub const SEED_TIME_LIMIT: Duration = Duration::from_secs(120);
 /// Messages already stored, in another group, before the storm: the storm meets tables that
-/// hold rows and whose statistics the database has gathered, as on a running service, not
-/// tables the planner believes empty.
+/// hold rows and whose statistics the database has gathered, as on a running service (see
+/// `support::scratch_db::analyze`).
 pub const SEED_EARLIER_MESSAGES: usize = 500;
 /// What a design with a row per recipient writes per message: the message, a row per other
 /// member, and an ack flag update per online member (the tables call it "the seeds' design").
@@ -38,8 +38,8 @@ pub async fn bench(engines: &[Engine]) {
          messages one after another. Before the storm the database already holds \
          {SEED_EARLIER_MESSAGES} messages of another group, and PostgreSQL's statistics are \
          gathered (`ANALYZE`), as autovacuum keeps them on a running service. Server and all \
-         {} clients run in this one process on the same cores. \"ack → sender wake\": from an ack's response reaching its member \
-         to the sender's first poll answer whose `read_count` for that message counts it \
+         {} clients run in this one process on the same cores. \"ack → sender wake\": from \
+         an ack's response reaching its member to the sender's first poll answer whose `read_count` for that message counts it \
          (one sample per ack; negative gaps — the sender heard first — count as 0).\n",
         SEED_ONLINE + 1
     );
