@@ -31,8 +31,7 @@ use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
 use crate::support::http::Http;
 use crate::support::proc_status::{mib, proc_status_kib, rss_kib};
 use crate::support::push_receiver::{Behaviour, PushReceiver};
-use crate::support::scratch_db::analyze;
-use crate::support::scratch_db::ScratchDb;
+use crate::support::scratch_db::{analyze, ScratchDb};
 use crate::support::tokens::TokenMint;
 use crate::REQUEST_TIMEOUT;
 

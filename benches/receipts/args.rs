@@ -51,7 +51,8 @@ pub struct Args {
 
 pub const USAGE: &str = "usage: cargo bench --bench receipts -- \
      [seed|group-size|idle|cross-instance|large-group|all] [--engine sqlite|postgres|both] \
-     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit] [--polls N (idle)] [--instances N (idle, PostgreSQL)]";
+     [--sqlite-sync full|normal] [--pool-size N] [--pg-async-commit] [--polls N (idle)] \
+     [--instances N (idle, PostgreSQL)]";
 
 pub fn parse_args() -> Result<Args, String> {
     let all = vec![

@@ -11,10 +11,10 @@
 //! restarted, say) or reached its lifetime, and until it has, a call waits in the pool's own
 //! wait, which does not queue (a thread it wakes for a connection given back can lose it to
 //! one that just arrived). So it must not be where calls line up; only the calls that hold
-//! permits in those moments wait there. Everything that uses the pool goes through the gate, the announcer too. Twice as
-//! many permits, with the calls past the pool's size waiting in the pool, served one call
-//! nineteen places late in a test, and in a PostgreSQL receipt storm a second queue behind the
-//! gate cost more at p99 than the thread hop it saved.
+//! permits in those moments wait there. Everything that uses the pool goes through the gate,
+//! the announcer too. Twice as many permits, with the calls past the pool's size waiting in
+//! the pool, served one call nineteen places late in a test, and in a PostgreSQL receipt
+//! storm a second queue behind the gate cost more at p99 than the thread hop it saved.
 //!
 //! How long a call waits: a pool that neither hands a connection out nor gets one back for
 //! the pool's `connection_timeout` is stuck (the database is down, or every connection is

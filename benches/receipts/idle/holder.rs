@@ -48,7 +48,6 @@ pub struct Holders {
     pub done_opening: Arc<AtomicUsize>,
     /// The holders' RSS growth for their polls, KiB, summed.
     pub rss_growth_kib: Arc<AtomicU64>,
-    pub count: usize,
 }
 
 /// Starts one holder per [`POLLS_PER_HOLDER`] polls; their files live in `dir`.
@@ -63,7 +62,6 @@ pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holder
         opened: Arc::new(AtomicUsize::new(0)),
         done_opening: Arc::new(AtomicUsize::new(0)),
         rss_growth_kib: Arc::new(AtomicU64::new(0)),
-        count: 0,
     };
     for (i, share) in polls.chunks(POLLS_PER_HOLDER).enumerate() {
         let path = dir.join(format!("holder-{i}.tsv"));
@@ -77,7 +75,6 @@ pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holder
             .map_err(|e| format!("cannot start a poll holder: {e}"))?;
         let stdout = child.stdout.take();
         holders.children.push(child);
-        holders.count += 1;
         let stdout = stdout.ok_or("a holder without stdout")?;
         let report = Report {
             holder: i,
@@ -96,16 +93,20 @@ pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holder
 }
 
 impl Holders {
+    /// How many holder processes were started.
+    pub fn count(&self) -> usize {
+        self.children.len()
+    }
+
     /// What went wrong with the holders so far: one that has not reported its polls written,
     /// or that has exited (a holder runs until the run ends).
     pub fn problems(&mut self) -> Vec<String> {
         let mut problems = Vec::new();
-        let done = self.done_opening.load(Ordering::Relaxed);
-        if done < self.count {
+        let (done, count) = (self.done_opening.load(Ordering::Relaxed), self.count());
+        if done < count {
             problems.push(format!(
-                "{} of {} holders did not report their polls written",
-                self.count - done,
-                self.count
+                "{} of {count} holders did not report their polls written",
+                count - done
             ));
         }
         for (i, child) in self.children.iter_mut().enumerate() {

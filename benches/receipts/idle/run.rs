@@ -86,11 +86,7 @@ pub async fn run_idle(
     let rss_before = total_rss_kib(&pids);
     let threads_before = total_status(&pids, "Threads:");
 
-    let errors = Errors::default();
     let mut polls = open_polls(&servers.ports(), &users).await?;
-    for problem in polls.holders.problems() {
-        errors.add(problem);
-    }
     eprintln!(
         "idle: {} requests written; waiting for the servers' RSS to settle",
         polls.opened
@@ -109,11 +105,13 @@ pub async fn run_idle(
     let client_rss_growth = polls.holders.rss_growth_kib.load(Ordering::Relaxed);
     let early = early_answers(&mut polls.holders.answers);
 
+    let errors = Errors::default();
     let wake = wake_one_group(&servers.http, &users, &mut polls.holders.answers, &errors).await;
+    // Once, at the end: a holder that failed to open or exited early is reported here.
     for problem in polls.holders.problems() {
         errors.add(problem);
     }
-    let holders = polls.holders.count;
+    let holders = polls.holders.count();
     let (opened, open_secs) = (polls.opened, polls.secs);
     // The holders go first: with the servers gone first, every poll they hold would fail.
     drop(polls);
@@ -238,11 +236,12 @@ async fn open_polls(ports: &[u16], users: &Users) -> Result<OpenPolls, String> {
     let holders = start_holders(&specs, files.path())?;
     eprintln!(
         "idle: opening {polls} long-polls from {} processes",
-        holders.count
+        holders.count()
     );
     // Each holder stops waiting at the open limit itself; a little more for it to say so.
     let limit = IDLE_OPEN_LIMIT + Duration::from_secs(5);
-    while holders.done_opening.load(Ordering::Relaxed) < holders.count && started.elapsed() < limit
+    while holders.done_opening.load(Ordering::Relaxed) < holders.count()
+        && started.elapsed() < limit
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

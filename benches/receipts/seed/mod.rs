@@ -39,8 +39,9 @@ pub async fn bench(engines: &[Engine]) {
          {SEED_EARLIER_MESSAGES} messages of another group, and PostgreSQL's statistics are \
          gathered (`ANALYZE`), as autovacuum keeps them on a running service. Server and all \
          {} clients run in this one process on the same cores. \"ack → sender wake\": from \
-         an ack's response reaching its member to the sender's first poll answer whose `read_count` for that message counts it \
-         (one sample per ack; negative gaps — the sender heard first — count as 0).\n",
+         an ack's response reaching its member to the sender's first poll answer whose \
+         `read_count` for that message counts it (one sample per ack; negative gaps — the \
+         sender heard first — count as 0).\n",
         SEED_ONLINE + 1
     );
     let mut results = Vec::new();
