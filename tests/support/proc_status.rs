@@ -44,6 +44,16 @@ pub fn bytes_written_by_self() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// This process's soft limit on open files (`ulimit -n`), from `/proc/self/limits`; None
+/// when unreadable or unlimited. Child processes inherit it.
+pub fn open_file_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find_map(|line| line.strip_prefix("Max open files"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
 pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }

@@ -1,6 +1,6 @@
 //! The processes that hold the idle long-polls. A process can hold only as many sockets as its
-//! open-file limit allows (`ulimit -n`; 20,000 here, and not raisable), so the polls are
-//! split over child processes of this bench, each started as `receipts idle-holder <file>`:
+//! open-file limit allows (`ulimit -n`; 20,000 on the bench's host, and not raisable), so the
+//! polls are split over child processes of this bench, each started as `receipts idle-holder <file>`:
 //! it reads its polls from the file, opens them, and reports on stdout, one line each:
 //!
 //! - `opened <written> <rss growth KiB>` once every request is written (or the open limit
@@ -21,11 +21,16 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::raw_poll::{raw_poll, PollAnswer};
 use super::{IDLE_CONNECT_CONCURRENCY, IDLE_OPEN_LIMIT, IDLE_POLL_TIMEOUT_S};
-use crate::support::proc_status::rss_kib;
+use crate::support::proc_status::{open_file_limit, rss_kib};
 
-/// Polls per holder process: well under the open-file limit of this host (20,000), with room
-/// for the process's own files. A host with a lower `ulimit -n` needs a lower figure.
-pub const POLLS_PER_HOLDER: usize = 15_000;
+/// Polls per holder process: three quarters of the open-file limit the holders inherit, the
+/// rest left for the process's own files (15,000 under a limit of 20,000). Where the limit
+/// cannot be read, that of a default Linux shell (1,024) is assumed.
+pub fn polls_per_holder() -> usize {
+    const ASSUMED_LIMIT: u64 = 1024;
+    let limit = open_file_limit().unwrap_or(ASSUMED_LIMIT);
+    usize::try_from(limit / 4 * 3).unwrap_or(usize::MAX).max(1)
+}
 
 /// The subcommand a holder process is started with.
 pub const HOLDER_COMMAND: &str = "idle-holder";
@@ -50,7 +55,7 @@ pub struct Holders {
     pub rss_growth_kib: Arc<AtomicU64>,
 }
 
-/// Starts one holder per [`POLLS_PER_HOLDER`] polls; their files live in `dir`.
+/// Starts one holder per [`polls_per_holder`] polls; their files live in `dir`.
 pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holders, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let (tx, answers) = unbounded_channel();
@@ -63,7 +68,7 @@ pub fn start_holders(polls: &[PollSpec], dir: &std::path::Path) -> Result<Holder
         done_opening: Arc::new(AtomicUsize::new(0)),
         rss_growth_kib: Arc::new(AtomicU64::new(0)),
     };
-    for (i, share) in polls.chunks(POLLS_PER_HOLDER).enumerate() {
+    for (i, share) in polls.chunks(polls_per_holder()).enumerate() {
         let path = dir.join(format!("holder-{i}.tsv"));
         write_specs(&path, share)?;
         let mut child = Command::new(&exe)

@@ -11,7 +11,7 @@ mod run;
 
 use std::time::Duration;
 
-use holder::POLLS_PER_HOLDER;
+use holder::polls_per_holder;
 
 use crate::support::engine::Engine;
 pub use holder::holder_main;
@@ -26,7 +26,7 @@ pub fn holder_file() -> Option<String> {
 
 /// Waiting polls unless `--polls` says otherwise; one user, one connection each. A process
 /// holds at most its open-file limit of sockets (`ulimit -n`): each server process holds its
-/// share, each holder process at most [`POLLS_PER_HOLDER`].
+/// share, each holder process at most [`polls_per_holder`].
 pub const DEFAULT_IDLE_POLLS: usize = 10_000;
 pub const IDLE_GROUP_SIZE: usize = 100;
 pub const IDLE_POLL_TIMEOUT_S: u64 = 60;
@@ -67,6 +67,7 @@ pub struct IdleResult {
 
 pub async fn bench(engines: &[Engine], polls: usize, instances: usize) {
     println!("## idle: {polls} concurrent idle long-polls\n");
+    let per_holder = polls_per_holder();
     println!(
         "The release binary (`cargo build --release --bin chorus`) runs as its own process \
          ({instances} of them on one database when more than one; defaults: actix workers = \
@@ -74,7 +75,7 @@ pub async fn bench(engines: &[Engine], polls: usize, instances: usize) {
          20,000). {polls} users in {} groups of {IDLE_GROUP_SIZE}, each takes a `/v1/sync` \
          cursor, then each opens one `GET /v1/sync?cursor=…&timeout_s={IDLE_POLL_TIMEOUT_S}` \
          on its own TCP connection, user i to server i mod {instances} (raw HTTP/1.1 from \
-         tokio tasks in child processes of the bench, up to {POLLS_PER_HOLDER} each, each \
+         tokio tasks in child processes of the bench, up to {per_holder} each, each \
          with at most {IDLE_CONNECT_CONCURRENCY} connecting at once: a process holds only as \
          many sockets as its open-file limit). RSS is `VmRSS` of `/proc/<pid>/status`, \
          summed over the servers: before the polls, with all of them waiting once three \
