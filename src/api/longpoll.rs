@@ -15,12 +15,13 @@
 use std::time::Duration;
 
 use base64::Engine;
+use diesel::QueryResult;
 use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
 use super::AppState;
-use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot};
+use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot, WindowEnd};
 use crate::db::members::my_group_ids;
 use crate::db::{AnyConnection, DbError};
 use crate::domain::parse_limit;
@@ -224,19 +225,33 @@ pub fn paginate<R>(
     }
 }
 
-/// The window the next read of `cursor` covers: the one it is paging through, or everything
-/// committed from its position until now.
-pub fn window_of(conn: &mut AnyConnection, cursor: &FeedPosition) -> diesel::QueryResult<Window> {
+/// Reads the window the next read of `cursor` covers: the one it is paging through, or
+/// everything committed from its position until the read, which finds that end itself. `read`
+/// gets the window's end and the position to read after; it returns the end's snapshot with
+/// the rows.
+pub fn read_window<R>(
+    conn: &mut AnyConnection,
+    cursor: &FeedPosition,
+    read: impl FnOnce(&mut AnyConnection, WindowEnd, MessageRef) -> QueryResult<(Snapshot, Vec<R>)>,
+) -> QueryResult<(Window, Vec<R>)> {
     match &cursor.window {
-        Some(w) => Ok(w.clone()),
-        None => Ok(Window {
-            upto: current_snapshot(conn)?,
-            upto_at: chrono::Utc::now().timestamp(),
-            after: MessageRef {
+        Some(w) => {
+            let (_, rows) = read(conn, WindowEnd::At(&w.upto), w.after)?;
+            Ok((w.clone(), rows))
+        }
+        None => {
+            let start = MessageRef {
                 group_id: 0,
                 msg_id: 0,
-            },
-        }),
+            };
+            let (upto, rows) = read(conn, WindowEnd::Now, start)?;
+            let window = Window {
+                upto,
+                upto_at: chrono::Utc::now().timestamp(),
+                after: start,
+            };
+            Ok((window, rows))
+        }
     }
 }
 

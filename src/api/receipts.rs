@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
+use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
 use crate::db::access::{Membership, Refusal};
@@ -111,15 +111,9 @@ fn fetch_receipt_changes(
     limit: i64,
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
     let sender_id = caller.id();
-    let window = window_of(conn, cursor)?;
-    let refs = changed_receipts(
-        conn,
-        sender_id,
-        &cursor.seen,
-        &window.upto,
-        window.after,
-        limit + 1,
-    )?;
+    let (window, refs) = read_window(conn, cursor, |conn, end, after| {
+        changed_receipts(conn, sender_id, &cursor.seen, end, after, limit + 1)
+    })?;
     let Page {
         items: refs,
         next,

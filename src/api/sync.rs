@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, window_of, FeedPosition, Page, PollQuery};
+use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
 use crate::db::changes::{changed_groups, Feed, MessageRef};
@@ -56,17 +56,18 @@ fn fetch_changed_groups(
     cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<SyncChanges>> {
-    let window = window_of(conn, cursor)?;
     let device = device_column(caller.device.as_ref());
-    let refs = changed_groups(
-        conn,
-        caller.id(),
-        device,
-        &cursor.seen,
-        &window.upto,
-        window.after.group_id,
-        limit + 1,
-    )?;
+    let (window, refs) = read_window(conn, cursor, |conn, end, after| {
+        changed_groups(
+            conn,
+            caller.id(),
+            device,
+            &cursor.seen,
+            end,
+            after.group_id,
+            limit + 1,
+        )
+    })?;
     let Page {
         items: refs,
         next,

@@ -8,10 +8,10 @@
 //! id of each feed table.
 
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Nullable, Text};
 
 use super::raw_sql::RawSql;
-use super::{AnyConnection, Engine};
+use super::{AnyConnection, Engine, MultiBackend};
 
 /// What a reader could see: PostgreSQL's `pg_snapshot`, or SQLite's next feed row ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,31 +176,181 @@ pub fn current_snapshot(conn: &mut AnyConnection) -> QueryResult<Snapshot> {
     }))
 }
 
+/// Where a window of changes ends.
+#[derive(Debug, Clone, Copy)]
+pub enum WindowEnd<'a> {
+    /// At a snapshot an earlier read took: the window a cursor is paging through.
+    At(&'a Snapshot),
+    /// At what the read itself sees: a new window. On PostgreSQL the reading statement's own
+    /// snapshot ends it, so taking it costs no statement of its own.
+    Now,
+}
+
+/// The end of a window as a feed query writes it.
+#[derive(Debug, Clone, Copy)]
+enum QueryEnd<'a> {
+    Snapshot(&'a Snapshot),
+    /// The statement's own snapshot (PostgreSQL only).
+    Statement,
+}
+
 /// Appends the SQL condition "row `alias` of `table` committed after `from` and by `to`". The
 /// snapshots are bound, not written into the text, so the text is the same on every call and
 /// the statement stays prepared. Snapshots of the other engine select nothing.
-fn window(query: RawSql, alias: &str, table: FeedTable, from: &Snapshot, to: &Snapshot) -> RawSql {
+fn window(query: RawSql, alias: &str, table: FeedTable, from: &Snapshot, to: QueryEnd) -> RawSql {
     match (from, to) {
-        (Snapshot::Postgres { xmin, .. }, Snapshot::Postgres { xmax, .. }) => query
-            .sql(&format!("{alias}.tx >= "))
-            .int(*xmin)
+        (
+            Snapshot::Postgres { xmin, .. },
+            QueryEnd::Snapshot(to @ Snapshot::Postgres { xmax, .. }),
+        ) => not_visible_in(query, alias, *xmin, from)
             .sql(&format!(" AND {alias}.tx < "))
             .int(*xmax)
             .sql(&format!(
-                " AND NOT pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
-            ))
-            .text(&from.to_text())
-            .sql(&format!(
-                " AS pg_snapshot)) AND pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
+                " AND pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
             ))
             .text(&to.to_text())
             .sql(" AS pg_snapshot))"),
-        (Snapshot::Sqlite(from), Snapshot::Sqlite(to)) => query
+        // Every row a statement reads was written by a transaction its own snapshot sees, so
+        // "committed by the end" holds without a condition.
+        (Snapshot::Postgres { xmin, .. }, QueryEnd::Statement) => {
+            not_visible_in(query, alias, *xmin, from)
+        }
+        (Snapshot::Sqlite(from), QueryEnd::Snapshot(Snapshot::Sqlite(to))) => query
             .sql(&format!("{alias}.id >= "))
             .int(from.of(table))
             .sql(&format!(" AND {alias}.id < "))
             .int(to.of(table)),
         _ => query.sql("1 = 0"),
+    }
+}
+
+/// PostgreSQL: "row `alias` was written by a transaction that `from` does not see". `xmin` is
+/// `from`'s: it sees every older transaction, and the bound lets the `tx` index narrow the
+/// scan.
+fn not_visible_in(query: RawSql, alias: &str, xmin: i64, from: &Snapshot) -> RawSql {
+    query
+        .sql(&format!("{alias}.tx >= "))
+        .int(xmin)
+        .sql(&format!(
+            " AND NOT pg_visible_in_snapshot({alias}.tx::text::xid8, CAST("
+        ))
+        .text(&from.to_text())
+        .sql(" AS pg_snapshot))")
+}
+
+/// A feed read's window end, resolved for its engine.
+enum ReadEnd {
+    At(Snapshot),
+    /// The reading statement's own snapshot, which it returns (PostgreSQL).
+    Statement,
+}
+
+fn read_end(conn: &mut AnyConnection, end: WindowEnd) -> QueryResult<ReadEnd> {
+    Ok(match (end, &*conn) {
+        (WindowEnd::At(snapshot), _) => ReadEnd::At(snapshot.clone()),
+        (WindowEnd::Now, AnyConnection::Postgresql(_)) => ReadEnd::Statement,
+        // SQLite's snapshot is the feed tables' next row ids: with one writer committing in
+        // id order, ids read just before the query bound what it reads.
+        (WindowEnd::Now, AnyConnection::Sqlite(_)) => ReadEnd::At(current_snapshot(conn)?),
+    })
+}
+
+/// Wraps a feed query that ends at the statement's snapshot so that it returns that snapshot
+/// too: in a `snapshot` column of every row, and in a row of its own (its other columns null)
+/// when the window holds no changes.
+fn with_statement_snapshot(feed_query: impl FnOnce(RawSql) -> RawSql, order_by: &str) -> RawSql {
+    let query = RawSql::default().sql(
+        "SELECT now_snapshot.snapshot AS snapshot, window_rows.* \
+         FROM (SELECT pg_current_snapshot()::text AS snapshot) now_snapshot LEFT JOIN (",
+    );
+    feed_query(query).sql(&format!(") window_rows ON true ORDER BY {order_by}"))
+}
+
+/// The snapshot in the rows of a read wrapped by [`with_statement_snapshot`].
+fn statement_snapshot(first_row_snapshot: Option<&str>) -> QueryResult<Snapshot> {
+    let text = first_row_snapshot.ok_or(diesel::result::Error::NotFound)?;
+    Snapshot::parse(text).ok_or_else(|| {
+        diesel::result::Error::DeserializationError(format!("unexpected snapshot {text}").into())
+    })
+}
+
+/// A row of a feed read wrapped by [`with_statement_snapshot`]: the snapshot, and the feed's
+/// own columns (null in the row of an empty window).
+trait WithSnapshot: QueryableByName<MultiBackend> + 'static {
+    type Item;
+    fn snapshot(&self) -> &str;
+    fn item(self) -> Option<Self::Item>;
+}
+
+/// A changed group, with the snapshot of the statement that found it.
+#[derive(QueryableByName)]
+struct GroupAt {
+    #[diesel(sql_type = Text)]
+    snapshot: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    group_id: Option<i64>,
+}
+
+impl WithSnapshot for GroupAt {
+    type Item = GroupRef;
+    fn snapshot(&self) -> &str {
+        &self.snapshot
+    }
+    fn item(self) -> Option<GroupRef> {
+        Some(GroupRef {
+            group_id: self.group_id?,
+        })
+    }
+}
+
+/// A message whose receipts changed, with the snapshot of the statement that found it.
+#[derive(QueryableByName)]
+struct MessageAt {
+    #[diesel(sql_type = Text)]
+    snapshot: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    group_id: Option<i64>,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    msg_id: Option<i64>,
+}
+
+impl WithSnapshot for MessageAt {
+    type Item = MessageRef;
+    fn snapshot(&self) -> &str {
+        &self.snapshot
+    }
+    fn item(self) -> Option<MessageRef> {
+        Some(MessageRef {
+            group_id: self.group_id?,
+            msg_id: self.msg_id?,
+        })
+    }
+}
+
+/// Runs a feed query over the window ending at `end` and returns the end's snapshot with the
+/// rows: `query` writes the feed's statement from a start and an end; `order_by` orders the
+/// wrapped rows as the feed orders its own (`window_rows.<column>`).
+fn read_feed<R: WithSnapshot>(
+    conn: &mut AnyConnection,
+    end: WindowEnd,
+    order_by: &str,
+    query: impl Fn(RawSql, QueryEnd) -> RawSql,
+) -> QueryResult<(Snapshot, Vec<R::Item>)>
+where
+    R::Item: QueryableByName<MultiBackend> + 'static,
+{
+    match read_end(conn, end)? {
+        ReadEnd::At(to) => {
+            let items = query(RawSql::default(), QueryEnd::Snapshot(&to)).load(conn)?;
+            Ok((to, items))
+        }
+        ReadEnd::Statement => {
+            let rows: Vec<R> =
+                with_statement_snapshot(|start| query(start, QueryEnd::Statement), order_by)
+                    .load(conn)?;
+            let to = statement_snapshot(rows.first().map(|r| r.snapshot()))?;
+            Ok((to, rows.into_iter().filter_map(R::item).collect()))
+        }
     }
 }
 
@@ -218,31 +368,42 @@ pub struct MessageRef {
     pub msg_id: i64,
 }
 
-/// Groups with changes for `user_id` committed between `from` and `to`, ordered by id, after
+/// Groups with changes for `user_id` committed after `from` and by `end`, ordered by id, after
 /// `after_group_id`: messages sent since they joined, and changes to their own membership
 /// state (read elsewhere, joined, left), except reads by the polling device itself, which
-/// already knows of them.
+/// already knows of them. Returns the snapshot that ends the window with them.
 pub fn changed_groups(
     conn: &mut AnyConnection,
     user_id: &str,
     device_column: &str,
     from: &Snapshot,
-    to: &Snapshot,
+    end: WindowEnd,
     after_group_id: i64,
     limit: i64,
-) -> QueryResult<Vec<GroupRef>> {
-    changed_groups_query(user_id, device_column, from, to, after_group_id, limit).load(conn)
+) -> QueryResult<(Snapshot, Vec<GroupRef>)> {
+    read_feed::<GroupAt>(conn, end, "window_rows.group_id", |start, to| {
+        changed_groups_query(
+            start,
+            user_id,
+            device_column,
+            from,
+            to,
+            after_group_id,
+            limit,
+        )
+    })
 }
 
 fn changed_groups_query(
+    start: RawSql,
     user_id: &str,
     device_column: &str,
     from: &Snapshot,
-    to: &Snapshot,
+    to: QueryEnd,
     after_group_id: i64,
     limit: i64,
 ) -> RawSql {
-    let query = RawSql::default()
+    let query = start
         .sql(
             "SELECT group_id FROM ( \
                SELECT m.group_id AS group_id FROM group_msgs m \
@@ -264,18 +425,35 @@ fn changed_groups_query(
         .keep_prepared()
 }
 
-/// Messages sent by `sender_id` whose receipts changed between `from` and `to` (someone else
-/// acked a range covering them), ordered by (group, msg), after `after`. Only messages the
-/// sender may still see: in groups they belong to, sent since they (last) joined.
+/// Messages sent by `sender_id` whose receipts changed after `from` and by `end` (someone
+/// else acked a range covering them), ordered by (group, msg), after `after`. Only messages the
+/// sender may still see: in groups they belong to, sent since they (last) joined. Returns the
+/// snapshot that ends the window with them.
 pub fn changed_receipts(
     conn: &mut AnyConnection,
     sender_id: &str,
     from: &Snapshot,
-    to: &Snapshot,
+    end: WindowEnd,
     after: MessageRef,
     limit: i64,
-) -> QueryResult<Vec<MessageRef>> {
-    let query = RawSql::default()
+) -> QueryResult<(Snapshot, Vec<MessageRef>)> {
+    read_feed::<MessageAt>(
+        conn,
+        end,
+        "window_rows.group_id, window_rows.msg_id",
+        |start, to| changed_receipts_query(start, sender_id, from, to, after, limit),
+    )
+}
+
+fn changed_receipts_query(
+    start: RawSql,
+    sender_id: &str,
+    from: &Snapshot,
+    to: QueryEnd,
+    after: MessageRef,
+    limit: i64,
+) -> RawSql {
+    let query = start
         .sql(
             "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
              FROM receipt_events e \
@@ -300,7 +478,6 @@ pub fn changed_receipts(
         .sql(" ORDER BY m.group_id, m.msg_id LIMIT ")
         .int(limit)
         .keep_prepared()
-        .load(conn)
 }
 
 #[cfg(test)]
@@ -336,18 +513,76 @@ mod tests {
     }
 
     #[test]
+    fn a_new_window_ends_at_the_statements_own_snapshot_and_returns_it() {
+        let sql = |from: &Snapshot, user: &str| {
+            with_statement_snapshot(
+                |start| changed_groups_query(start, user, "", from, QueryEnd::Statement, 0, 10),
+                "window_rows.group_id",
+            )
+            .as_text()
+        };
+        let text = sql(&pg(5, 9, vec![6]), "bob");
+        assert_eq!(
+            text,
+            sql(&pg(20, 30, vec![21]), "ann"),
+            "one text for every call"
+        );
+        assert!(
+            text.starts_with(
+                "SELECT now_snapshot.snapshot AS snapshot, window_rows.* FROM (SELECT \
+                 pg_current_snapshot()::text AS snapshot) now_snapshot LEFT JOIN (SELECT"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with(") window_rows ON true ORDER BY window_rows.group_id"));
+        assert!(
+            text.contains("m.tx >= $2 AND NOT pg_visible_in_snapshot(m.tx::text::xid8, CAST($3"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("m.tx <"),
+            "no upper bound: the statement sees only what committed"
+        );
+        let sqlite = Snapshot::Sqlite(FeedMarks {
+            group_msgs: 3,
+            receipt_events: 1,
+            member_events: 8,
+        });
+        let statement = window(
+            RawSql::default(),
+            "m",
+            FeedTable::GroupMsgs,
+            &sqlite,
+            QueryEnd::Statement,
+        );
+        assert_eq!(
+            statement.as_text(),
+            "1 = 0",
+            "SQLite reads its snapshot first"
+        );
+    }
+
+    #[test]
     fn windows_bind_the_snapshots_so_the_text_never_changes() {
         let from = pg(5, 9, vec![6]);
         let to = pg(7, 12, vec![]);
-        let sql = changed_groups_query("bob", "phone", &from, &to, 0, 10).as_text();
-        let other = changed_groups_query("ann", "", &pg(20, 30, vec![21, 22]), &to, 4, 10);
+        let end = QueryEnd::Snapshot(&to);
+        let start = RawSql::default;
+        let sql = changed_groups_query(start(), "bob", "phone", &from, end, 0, 10).as_text();
+        let other = changed_groups_query(start(), "ann", "", &pg(20, 30, vec![21, 22]), end, 4, 10);
         assert_eq!(
             sql,
             other.as_text(),
             "one text for every snapshot and caller"
         );
-        assert!(sql.contains("m.tx >= $2 AND m.tx < $3"), "{sql}");
-        assert!(sql.contains("CAST($4 AS pg_snapshot)"), "{sql}");
+        assert!(
+            sql.contains(
+                "m.tx >= $2 AND NOT pg_visible_in_snapshot(m.tx::text::xid8, CAST($3 AS \
+                 pg_snapshot)) AND m.tx < $4 AND pg_visible_in_snapshot(m.tx::text::xid8, \
+                 CAST($5 AS pg_snapshot))"
+            ),
+            "{sql}"
+        );
         assert!(
             !sql.contains("bob") && !sql.contains("5:9"),
             "values are bound, never inlined"
@@ -362,10 +597,16 @@ mod tests {
             "e",
             FeedTable::MemberEvents,
             &sqlite,
-            &sqlite,
+            QueryEnd::Snapshot(&sqlite),
         );
         assert_eq!(within.as_text(), "e.id >= $1 AND e.id < $2");
-        let mixed = window(RawSql::default(), "m", FeedTable::GroupMsgs, &from, &sqlite);
+        let mixed = window(
+            RawSql::default(),
+            "m",
+            FeedTable::GroupMsgs,
+            &from,
+            QueryEnd::Snapshot(&sqlite),
+        );
         assert_eq!(mixed.as_text(), "1 = 0");
     }
 }

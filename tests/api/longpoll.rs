@@ -28,6 +28,11 @@ on_both_engines!(
     every_group_created_with_a_waiting_member_wakes_their_poll,
 );
 
+on_postgres!(
+    a_message_committing_after_a_later_one_is_reported_by_the_next_poll,
+    an_ack_committing_after_a_later_one_is_reported_by_the_next_poll,
+);
+
 on_both_engines!(with short_retention:
     cursor_older_than_retention_gets_410,
     retention_job_deletes_old_receipt_changes,
@@ -632,4 +637,155 @@ async fn a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing() {
     );
     let pulled = a.list_messages("bob", group, "?after_msg_id=1").await;
     assert_eq!(pulled.body["messages"][0]["content"], "untold");
+}
+
+/// The transaction id of the one session on the test's database that waits for a lock: a write
+/// that has begun and cannot commit yet.
+async fn transaction_waiting_for_a_lock(app: &TestApp) -> String {
+    app.until_waiting_for_locks(1).await;
+    let xids = app
+        .postgres_values(
+            "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .await;
+    assert_eq!(xids.len(), 1, "one write waits: {xids:?}");
+    xids[0].clone()
+}
+
+/// PostgreSQL: a message whose transaction began first but commits last (the sender's
+/// membership row, which a send moves after storing the message, was locked meanwhile) is not
+/// lost between two polls: the poll that reports the later message ends its window with the
+/// earlier one still in progress, and the next poll reports it.
+async fn a_message_committing_after_a_later_one_is_reported_by_the_next_poll() {
+    let app = spawn_app(Engine::Postgres).await;
+    let early = app.group_with("alice", &["bob"]).await;
+    let late = app.group_with("alice", &["bob"]).await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    let lock = format!(
+        "SELECT user_id FROM group_members WHERE group_id = {early} AND user_id = 'alice' \
+         FOR UPDATE"
+    );
+    let held = app.transaction_held(&lock).await;
+
+    let (blocked_send, (in_progress, first_poll)) =
+        tokio::join!(app.send("alice", early, "c-early", "began first"), async {
+            let in_progress = transaction_waiting_for_a_lock(&app).await;
+            app.send_ok("alice", late, "committed first").await;
+            let poll = app
+                .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+                .await;
+            held.commit().await;
+            (in_progress, poll)
+        });
+    assert!(
+        !in_progress.is_empty(),
+        "the blocked send holds a transaction id"
+    );
+    assert_eq!(blocked_send.status, 201, "{:?}", blocked_send.body);
+    assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
+    let groups = |poll: &Value| -> Vec<(i64, i64)> {
+        poll["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|g| {
+                (
+                    g["group_id"].as_i64().unwrap_or(0),
+                    g["last_msg_id"].as_i64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        groups(&first_poll.body),
+        [(late, 1)],
+        "the poll before the commit sees only the message that committed"
+    );
+
+    let next = first_poll.body["cursor"].as_str().expect("cursor");
+    let second_poll = app
+        .poll_sync("bob", &format!("?cursor={next}&timeout_s=5"))
+        .await;
+    assert_eq!(second_poll.status, 200, "{:?}", second_poll.body);
+    assert_eq!(
+        groups(&second_poll.body),
+        [(early, 1)],
+        "the message that committed last comes with the next poll"
+    );
+}
+
+/// PostgreSQL: the same for receipts: an ack whose transaction began first but commits last
+/// (the cursor of the reader's device, which an ack moves after the reader's membership row,
+/// was locked meanwhile) reaches the sender with the next poll. The later ack goes through a
+/// second instance: acks arriving together on one instance share a statement, so there it
+/// would wait for the first.
+async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
+    let app = spawn_app(Engine::Postgres).await;
+    let second = app.second_instance().await;
+    let other = app.via(&second);
+    let early = app.group_with("alice", &["bob"]).await;
+    let late = app.group_with("alice", &["carol"]).await;
+    let seen = app.send_ok("alice", early, "to bob").await;
+    let ack = app
+        .ack("bob#phone", early, json!({"last_ack_msg_id": seen}))
+        .await;
+    assert_eq!(ack.status, 200, "{:?}", ack.body);
+    let early_msg = app.send_ok("alice", early, "to bob again").await;
+    let late_msg = app.send_ok("alice", late, "to carol").await;
+    let cursor = app.cursor("alice", "/v1/receipts").await;
+    let lock = format!(
+        "SELECT user_id FROM device_cursors WHERE group_id = {early} AND user_id = 'bob' \
+         AND device_id = 'phone' FOR UPDATE"
+    );
+    let held = app.transaction_held(&lock).await;
+
+    let (blocked_ack, (in_progress, first_poll)) = tokio::join!(
+        app.ack("bob#phone", early, json!({"last_ack_msg_id": early_msg})),
+        async {
+            let in_progress = transaction_waiting_for_a_lock(&app).await;
+            let ack = other
+                .ack("carol", late, json!({"last_ack_msg_id": late_msg}))
+                .await;
+            assert_eq!(ack.status, 200, "{:?}", ack.body);
+            let poll = app
+                .poll_receipts("alice", &format!("?cursor={cursor}&timeout_s=0"))
+                .await;
+            held.commit().await;
+            (in_progress, poll)
+        }
+    );
+    assert!(
+        !in_progress.is_empty(),
+        "the blocked ack holds a transaction id"
+    );
+    assert_eq!(blocked_ack.status, 200, "{:?}", blocked_ack.body);
+    assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
+    let changes = |poll: &Value| -> Vec<(i64, i64, i64)> {
+        poll["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| {
+                let field = |name: &str| c[name].as_i64().unwrap_or(-1);
+                (field("group_id"), field("msg_id"), field("read_count"))
+            })
+            .collect()
+    };
+    assert_eq!(
+        changes(&first_poll.body),
+        [(late, late_msg, 1)],
+        "the poll before the commit sees only the ack that committed"
+    );
+
+    let next = first_poll.body["cursor"].as_str().expect("cursor");
+    let second_poll = app
+        .poll_receipts("alice", &format!("?cursor={next}&timeout_s=5"))
+        .await;
+    assert_eq!(second_poll.status, 200, "{:?}", second_poll.body);
+    assert_eq!(
+        changes(&second_poll.body),
+        [(early, early_msg, 1)],
+        "the ack that committed last comes with the next poll"
+    );
 }
