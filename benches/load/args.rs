@@ -12,6 +12,7 @@ pub enum Scenario {
     Ack,
     Storage,
     ChatList,
+    PollReads,
     MessageKinds,
     Push,
     GroupCommit,
@@ -84,7 +85,7 @@ pub struct Args {
 }
 
 pub const USAGE: &str =
-    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]";
+    "usage: cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|poll-reads|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]";
 
 pub fn parse_args() -> Result<Args, String> {
     let mut scenario = Scenario::Core;
@@ -113,6 +114,7 @@ pub fn parse_args() -> Result<Args, String> {
             "ack" => scenario = Scenario::Ack,
             "storage" => scenario = Scenario::Storage,
             "chat-list" => scenario = Scenario::ChatList,
+            "poll-reads" => scenario = Scenario::PollReads,
             "message-kinds" => scenario = Scenario::MessageKinds,
             "push" => scenario = Scenario::Push,
             "group-commit" => scenario = Scenario::GroupCommit,

@@ -1,7 +1,7 @@
 //! Load benchmark: the real Chorus server, in process on 127.0.0.1 port 0, driven over HTTP.
 //!
 //! ```sh
-//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]
+//! cargo bench --bench load -- [core|send|pull|ack|storage|chat-list|poll-reads|message-kinds|push|group-commit|ack-paths] [--engine sqlite|postgres|both]
 //! ```
 //!
 //! Each engine gets a fresh database (a temporary SQLite file, or a PostgreSQL database
@@ -13,8 +13,8 @@
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.
 //!
-//! One module per scenario (sends, pulls, acks, storage, chat_list, message_kinds, push,
-//! group_commit); what they share: the command line (args), the server under test (server),
+//! One module per scenario (sends, pulls, acks, storage, chat_list, poll_reads, message_kinds,
+//! push, group_commit); what they share: the command line (args), the server under test (server),
 //! seeding through the db layer (seed), the load runner (runner), request outcomes
 //! (requests), the report (report) and what it ran on (environment), besides the harness in
 //! tests/support.
@@ -28,6 +28,7 @@ mod chat_list;
 mod environment;
 mod group_commit;
 mod message_kinds;
+mod poll_reads;
 mod pulls;
 mod push;
 mod push_outage;
@@ -98,6 +99,9 @@ async fn bench_engine(setup: EngineSetup, scenario: Scenario) -> Result<EngineRe
     }
     if scenario.includes(Scenario::ChatList) {
         chat_list::bench(&server, &mut conn, &mut report).await;
+    }
+    if scenario.includes(Scenario::PollReads) {
+        poll_reads::bench(&server, &mut conn, &mut report).await;
     }
     if scenario.includes(Scenario::MessageKinds) {
         message_kinds::bench(&server, &mut conn, &mut report).await;
