@@ -75,7 +75,8 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
     analyze(conn);
 
     // The news: a message in one group, and the member's ack of it (which also covers the
-    // three before it). The member's own ack is no news to the member's own device.
+    // three seeded before it, ids 1-3 of a new group: hence 4 messages of news for the sender).
+    // The member's own ack is no news to the member's own device.
     let before_news = cursor_now(server, member, "/v1/sync").await;
     let receipts_before_ack = cursor_now(server, sender, "/v1/receipts").await;
     let news = json!({"client_msg_id": "poll-news", "content": "news"});

@@ -244,10 +244,13 @@ pub fn read_window<R>(
                 group_id: 0,
                 msg_id: 0,
             };
+            // Stamped before the read: the cursor's age, checked against retention, must not
+            // count from later than its snapshot.
+            let upto_at = chrono::Utc::now().timestamp();
             let (upto, rows) = read(conn, WindowEnd::Now, start)?;
             let window = Window {
                 upto,
-                upto_at: chrono::Utc::now().timestamp(),
+                upto_at,
                 after: start,
             };
             Ok((window, rows))

@@ -146,16 +146,7 @@ pub fn current_snapshot(conn: &mut AnyConnection) -> QueryResult<Snapshot> {
             .sql("SELECT pg_current_snapshot()::text AS snapshot")
             .keep_prepared()
             .load(conn)?;
-        let text = rows
-            .into_iter()
-            .next()
-            .ok_or(diesel::result::Error::NotFound)?
-            .snapshot;
-        return Snapshot::parse(&text).ok_or_else(|| {
-            diesel::result::Error::DeserializationError(
-                format!("unexpected snapshot {text}").into(),
-            )
-        });
+        return parse_snapshot_text(rows.first().map(|row| row.snapshot.as_str()));
     }
     let rows: Vec<NextIds> = RawSql::default()
         .sql(
@@ -198,6 +189,10 @@ enum QueryEnd<'a> {
 /// snapshots are bound, not written into the text, so the text is the same on every call and
 /// the statement stays prepared. Snapshots of the other engine select nothing.
 fn window(query: RawSql, alias: &str, table: FeedTable, from: &Snapshot, to: QueryEnd) -> RawSql {
+    debug_assert!(
+        !matches!((from, to), (Snapshot::Sqlite(_), QueryEnd::Statement)),
+        "SQLite has no statement snapshot to end a window at: read_end takes its snapshot first"
+    );
     match (from, to) {
         (
             Snapshot::Postgres { xmin, .. },
@@ -211,7 +206,10 @@ fn window(query: RawSql, alias: &str, table: FeedTable, from: &Snapshot, to: Que
             .text(&to.to_text())
             .sql(" AS pg_snapshot))"),
         // Every row a statement reads was written by a transaction its own snapshot sees, so
-        // "committed by the end" holds without a condition.
+        // "committed by the end" holds without a condition. That needs a reading transaction
+        // that wrote no feed rows itself (its own rows it reads, yet its snapshot does not
+        // list it as seen, so the next window would report them again): feed reads run as
+        // statements of their own, never inside a write.
         (Snapshot::Postgres { xmin, .. }, QueryEnd::Statement) => {
             not_visible_in(query, alias, *xmin, from)
         }
@@ -255,20 +253,33 @@ fn read_end(conn: &mut AnyConnection, end: WindowEnd) -> QueryResult<ReadEnd> {
     })
 }
 
+/// The order of each feed's rows, by its output columns. The feed's own query and, when it is
+/// wrapped, the wrapper order by the same columns: pages are cut and continued in this order.
+const CHANGED_GROUPS_ORDER: &[&str] = &["group_id"];
+const CHANGED_RECEIPTS_ORDER: &[&str] = &["group_id", "msg_id"];
+
+/// `ORDER BY` text for `columns`, each prefixed with `qualifier` (say `"window_rows."`).
+fn order_by(columns: &[&str], qualifier: &str) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| format!("{qualifier}{c}")).collect();
+    format!(" ORDER BY {}", columns.join(", "))
+}
+
 /// Wraps a feed query that ends at the statement's snapshot so that it returns that snapshot
 /// too: in a `snapshot` column of every row, and in a row of its own (its other columns null)
-/// when the window holds no changes.
-fn with_statement_snapshot(feed_query: impl FnOnce(RawSql) -> RawSql, order_by: &str) -> RawSql {
+/// when the window holds no changes. `order` is the feed's.
+fn with_statement_snapshot(feed_query: impl FnOnce(RawSql) -> RawSql, order: &[&str]) -> RawSql {
     let query = RawSql::default().sql(
         "SELECT now_snapshot.snapshot AS snapshot, window_rows.* \
          FROM (SELECT pg_current_snapshot()::text AS snapshot) now_snapshot LEFT JOIN (",
     );
-    feed_query(query).sql(&format!(") window_rows ON true ORDER BY {order_by}"))
+    let order = order_by(order, "window_rows.");
+    feed_query(query).sql(&format!(") window_rows ON true{order}"))
 }
 
-/// The snapshot in the rows of a read wrapped by [`with_statement_snapshot`].
-fn statement_snapshot(first_row_snapshot: Option<&str>) -> QueryResult<Snapshot> {
-    let text = first_row_snapshot.ok_or(diesel::result::Error::NotFound)?;
+/// A snapshot PostgreSQL gave as text (`pg_current_snapshot()::text`); an error when the
+/// statement returned no row or a text this module cannot read.
+fn parse_snapshot_text(text: Option<&str>) -> QueryResult<Snapshot> {
+    let text = text.ok_or(diesel::result::Error::NotFound)?;
     Snapshot::parse(text).ok_or_else(|| {
         diesel::result::Error::DeserializationError(format!("unexpected snapshot {text}").into())
     })
@@ -328,12 +339,12 @@ impl WithSnapshot for MessageAt {
 }
 
 /// Runs a feed query over the window ending at `end` and returns the end's snapshot with the
-/// rows: `query` writes the feed's statement from a start and an end; `order_by` orders the
-/// wrapped rows as the feed orders its own (`window_rows.<column>`).
+/// rows: `query` writes the feed's statement from a start and an end; `order` is the feed's
+/// order.
 fn read_feed<R: WithSnapshot>(
     conn: &mut AnyConnection,
     end: WindowEnd,
-    order_by: &str,
+    order: &[&str],
     query: impl Fn(RawSql, QueryEnd) -> RawSql,
 ) -> QueryResult<(Snapshot, Vec<R::Item>)>
 where
@@ -346,9 +357,9 @@ where
         }
         ReadEnd::Statement => {
             let rows: Vec<R> =
-                with_statement_snapshot(|start| query(start, QueryEnd::Statement), order_by)
+                with_statement_snapshot(|start| query(start, QueryEnd::Statement), order)
                     .load(conn)?;
-            let to = statement_snapshot(rows.first().map(|r| r.snapshot()))?;
+            let to = parse_snapshot_text(rows.first().map(|r| r.snapshot()))?;
             Ok((to, rows.into_iter().filter_map(R::item).collect()))
         }
     }
@@ -381,7 +392,7 @@ pub fn changed_groups(
     after_group_id: i64,
     limit: i64,
 ) -> QueryResult<(Snapshot, Vec<GroupRef>)> {
-    read_feed::<GroupAt>(conn, end, "window_rows.group_id", |start, to| {
+    read_feed::<GroupAt>(conn, end, CHANGED_GROUPS_ORDER, |start, to| {
         changed_groups_query(
             start,
             user_id,
@@ -420,7 +431,8 @@ fn changed_groups_query(
     window(query, "e", FeedTable::MemberEvents, from, to)
         .sql(" ) changed WHERE group_id > ")
         .int(after_group_id)
-        .sql(" ORDER BY group_id LIMIT ")
+        .sql(&order_by(CHANGED_GROUPS_ORDER, ""))
+        .sql(" LIMIT ")
         .int(limit)
         .keep_prepared()
 }
@@ -437,12 +449,9 @@ pub fn changed_receipts(
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<(Snapshot, Vec<MessageRef>)> {
-    read_feed::<MessageAt>(
-        conn,
-        end,
-        "window_rows.group_id, window_rows.msg_id",
-        |start, to| changed_receipts_query(start, sender_id, from, to, after, limit),
-    )
+    read_feed::<MessageAt>(conn, end, CHANGED_RECEIPTS_ORDER, |start, to| {
+        changed_receipts_query(start, sender_id, from, to, after, limit)
+    })
 }
 
 fn changed_receipts_query(
@@ -475,7 +484,8 @@ fn changed_receipts_query(
         .int(after.msg_id)
         .sql(")) AND ");
     window(query, "e", FeedTable::ReceiptEvents, from, to)
-        .sql(" ORDER BY m.group_id, m.msg_id LIMIT ")
+        .sql(&order_by(CHANGED_RECEIPTS_ORDER, ""))
+        .sql(" LIMIT ")
         .int(limit)
         .keep_prepared()
 }
@@ -517,7 +527,7 @@ mod tests {
         let sql = |from: &Snapshot, user: &str| {
             with_statement_snapshot(
                 |start| changed_groups_query(start, user, "", from, QueryEnd::Statement, 0, 10),
-                "window_rows.group_id",
+                CHANGED_GROUPS_ORDER,
             )
             .as_text()
         };
@@ -542,23 +552,6 @@ mod tests {
         assert!(
             !text.contains("m.tx <"),
             "no upper bound: the statement sees only what committed"
-        );
-        let sqlite = Snapshot::Sqlite(FeedMarks {
-            group_msgs: 3,
-            receipt_events: 1,
-            member_events: 8,
-        });
-        let statement = window(
-            RawSql::default(),
-            "m",
-            FeedTable::GroupMsgs,
-            &sqlite,
-            QueryEnd::Statement,
-        );
-        assert_eq!(
-            statement.as_text(),
-            "1 = 0",
-            "SQLite reads its snapshot first"
         );
     }
 

@@ -26,6 +26,8 @@ on_both_engines!(
     a_waiting_member_added_to_a_group_hears_its_first_message,
     a_waiting_owner_hears_the_first_message_of_the_group_they_create,
     every_group_created_with_a_waiting_member_wakes_their_poll,
+    sync_hands_out_a_window_page_by_page_then_what_came_after,
+    receipts_hand_out_a_window_page_by_page_then_what_came_after,
 );
 
 on_postgres!(
@@ -639,18 +641,26 @@ async fn a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing() {
     assert_eq!(pulled.body["messages"][0]["content"], "untold");
 }
 
-/// The transaction id of the one session on the test's database that waits for a lock: a write
-/// that has begun and cannot commit yet.
-async fn transaction_waiting_for_a_lock(app: &TestApp) -> String {
-    app.until_waiting_for_locks(1).await;
-    let xids = app
-        .postgres_values(
-            "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .await;
-    assert_eq!(xids.len(), 1, "one write waits: {xids:?}");
-    xids[0].clone()
+/// Waits until one session on the test's database, holding a transaction id, waits for a row
+/// lock: a write that has begun and cannot commit yet. (Row locks only: a commit's brief wait
+/// for the NOTIFY queue is a lock wait too.)
+async fn until_a_begun_write_waits_for_a_row_lock(app: &TestApp) {
+    let query = "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                 AND wait_event IN ('transactionid', 'tuple') AND backend_xid IS NOT NULL";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let xids = app.postgres_values(query).await;
+        match xids.len() {
+            0 => assert!(
+                Instant::now() < deadline,
+                "no write with a transaction id waits for a row lock after 30 s"
+            ),
+            1 => return,
+            _ => panic!("one write should wait, not {xids:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// PostgreSQL: a message whose transaction began first but commits last (the sender's
@@ -668,20 +678,16 @@ async fn a_message_committing_after_a_later_one_is_reported_by_the_next_poll() {
     );
     let held = app.transaction_held(&lock).await;
 
-    let (blocked_send, (in_progress, first_poll)) =
+    let (blocked_send, first_poll) =
         tokio::join!(app.send("alice", early, "c-early", "began first"), async {
-            let in_progress = transaction_waiting_for_a_lock(&app).await;
+            until_a_begun_write_waits_for_a_row_lock(&app).await;
             app.send_ok("alice", late, "committed first").await;
             let poll = app
                 .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
                 .await;
             held.commit().await;
-            (in_progress, poll)
+            poll
         });
-    assert!(
-        !in_progress.is_empty(),
-        "the blocked send holds a transaction id"
-    );
     assert_eq!(blocked_send.status, 201, "{:?}", blocked_send.body);
     assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
     let groups = |poll: &Value| -> Vec<(i64, i64)> {
@@ -740,10 +746,10 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
     );
     let held = app.transaction_held(&lock).await;
 
-    let (blocked_ack, (in_progress, first_poll)) = tokio::join!(
+    let (blocked_ack, first_poll) = tokio::join!(
         app.ack("bob#phone", early, json!({"last_ack_msg_id": early_msg})),
         async {
-            let in_progress = transaction_waiting_for_a_lock(&app).await;
+            until_a_begun_write_waits_for_a_row_lock(&app).await;
             let ack = other
                 .ack("carol", late, json!({"last_ack_msg_id": late_msg}))
                 .await;
@@ -752,12 +758,8 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
                 .poll_receipts("alice", &format!("?cursor={cursor}&timeout_s=0"))
                 .await;
             held.commit().await;
-            (in_progress, poll)
+            poll
         }
-    );
-    assert!(
-        !in_progress.is_empty(),
-        "the blocked ack holds a transaction id"
     );
     assert_eq!(blocked_ack.status, 200, "{:?}", blocked_ack.body);
     assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
@@ -787,5 +789,121 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
         changes(&second_poll.body),
         [(early, early_msg, 1)],
         "the ack that committed last comes with the next poll"
+    );
+}
+
+/// The groups of a `/v1/sync` answer, as (group_id, last_msg_id).
+fn synced_groups(answer: &Value) -> Vec<(i64, i64)> {
+    answer["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| {
+            let field = |name: &str| g[name].as_i64().unwrap_or(-1);
+            (field("group_id"), field("last_msg_id"))
+        })
+        .collect()
+}
+
+/// A window of changes larger than a page comes page by page: each page's cursor continues
+/// the same window, so what commits meanwhile waits for the next one, and the last page's
+/// cursor starts it.
+async fn sync_hands_out_a_window_page_by_page_then_what_came_after(app: TestApp) {
+    let (one, two, three) = (
+        app.group_with("alice", &["bob"]).await,
+        app.group_with("alice", &["bob"]).await,
+        app.group_with("alice", &["bob"]).await,
+    );
+    let cursor = app.cursor("bob", "/v1/sync").await;
+    app.send_ok("alice", one, "first").await;
+    app.send_ok("alice", two, "second").await;
+    let page =
+        |cursor: &str, timeout_s: u64| format!("?cursor={cursor}&limit=1&timeout_s={timeout_s}");
+
+    let first = app.poll_sync("bob", &page(&cursor, 0)).await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(synced_groups(&first.body), [(one, 1)]);
+    assert_eq!(first.body["has_more"], true);
+
+    // Committed after the window's end: not on its second page.
+    app.send_ok("alice", three, "third").await;
+    app.send_ok("alice", one, "fourth").await;
+    let next = first.body["cursor"].as_str().expect("cursor");
+    let second = app.poll_sync("bob", &page(next, 0)).await;
+    assert_eq!(synced_groups(&second.body), [(two, 1)]);
+    assert_eq!(second.body["has_more"], false);
+
+    let next = second.body["cursor"].as_str().expect("cursor");
+    let third = app.poll_sync("bob", &page(next, 5)).await;
+    assert_eq!(
+        synced_groups(&third.body),
+        [(one, 2)],
+        "the next window, in group order"
+    );
+    assert_eq!(third.body["has_more"], true);
+    let next = third.body["cursor"].as_str().expect("cursor");
+    let fourth = app.poll_sync("bob", &page(next, 5)).await;
+    assert_eq!(synced_groups(&fourth.body), [(three, 1)]);
+    assert_eq!(fourth.body["has_more"], false);
+
+    let next = fourth.body["cursor"].as_str().expect("cursor");
+    let quiet = app.poll_sync("bob", &page(next, 0)).await;
+    assert_eq!(synced_groups(&quiet.body), [], "nothing repeated");
+}
+
+/// The same for receipts: the messages of a window come page by page in (group, message)
+/// order, each with its counts as they are when the page is read; acks committed meanwhile
+/// come with the next window, even those covering messages after the page.
+async fn receipts_hand_out_a_window_page_by_page_then_what_came_after(app: TestApp) {
+    let group = app.group_with("alice", &["bob", "carol"]).await;
+    let first_msg = app.send_ok("alice", group, "first").await;
+    let second_msg = app.send_ok("alice", group, "second").await;
+    let cursor = app.cursor("alice", "/v1/receipts").await;
+    let ack = |user: &'static str, upto: i64| {
+        let app = &app;
+        async move {
+            let acked = app.ack(user, group, json!({"last_ack_msg_id": upto})).await;
+            assert_eq!(acked.status, 200, "{:?}", acked.body);
+        }
+    };
+    ack("bob", second_msg).await;
+    let page = |cursor: &str| format!("?cursor={cursor}&limit=1&timeout_s=5");
+    let changes = |answer: &Value| -> Vec<(i64, i64)> {
+        answer["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| {
+                let field = |name: &str| c[name].as_i64().unwrap_or(-1);
+                (field("msg_id"), field("read_count"))
+            })
+            .collect()
+    };
+
+    let first = app.poll_receipts("alice", &page(&cursor)).await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(changes(&first.body), [(first_msg, 1)]);
+    assert_eq!(first.body["has_more"], true);
+
+    // After the window's end: a third message, and carol's ack of all three.
+    let third_msg = app.send_ok("alice", group, "third").await;
+    ack("carol", third_msg).await;
+    let mut next = first.body["cursor"].as_str().expect("cursor").to_owned();
+    let mut pages = Vec::new();
+    for _ in 0..4 {
+        let answer = app.poll_receipts("alice", &page(&next)).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        pages.push((changes(&answer.body), answer.body["has_more"] == true));
+        next = answer.body["cursor"].as_str().expect("cursor").to_owned();
+    }
+    assert_eq!(
+        pages,
+        [
+            (vec![(second_msg, 2)], false),
+            (vec![(first_msg, 2)], true),
+            (vec![(second_msg, 2)], true),
+            (vec![(third_msg, 1)], false),
+        ],
+        "the window's last page (counts as read then), then carol's ack in the next window"
     );
 }
