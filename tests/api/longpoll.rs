@@ -690,21 +690,8 @@ async fn a_message_committing_after_a_later_one_is_reported_by_the_next_poll() {
         });
     assert_eq!(blocked_send.status, 201, "{:?}", blocked_send.body);
     assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
-    let groups = |poll: &Value| -> Vec<(i64, i64)> {
-        poll["groups"]
-            .as_array()
-            .expect("groups")
-            .iter()
-            .map(|g| {
-                (
-                    g["group_id"].as_i64().unwrap_or(0),
-                    g["last_msg_id"].as_i64().unwrap_or(0),
-                )
-            })
-            .collect()
-    };
     assert_eq!(
-        groups(&first_poll.body),
+        synced_groups(&first_poll.body),
         [(late, 1)],
         "the poll before the commit sees only the message that committed"
     );
@@ -715,7 +702,7 @@ async fn a_message_committing_after_a_later_one_is_reported_by_the_next_poll() {
         .await;
     assert_eq!(second_poll.status, 200, "{:?}", second_poll.body);
     assert_eq!(
-        groups(&second_poll.body),
+        synced_groups(&second_poll.body),
         [(early, 1)],
         "the message that committed last comes with the next poll"
     );
@@ -763,19 +750,8 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
     );
     assert_eq!(blocked_ack.status, 200, "{:?}", blocked_ack.body);
     assert_eq!(first_poll.status, 200, "{:?}", first_poll.body);
-    let changes = |poll: &Value| -> Vec<(i64, i64, i64)> {
-        poll["changes"]
-            .as_array()
-            .expect("changes")
-            .iter()
-            .map(|c| {
-                let field = |name: &str| c[name].as_i64().unwrap_or(-1);
-                (field("group_id"), field("msg_id"), field("read_count"))
-            })
-            .collect()
-    };
     assert_eq!(
-        changes(&first_poll.body),
+        receipt_changes(&first_poll.body),
         [(late, late_msg, 1)],
         "the poll before the commit sees only the ack that committed"
     );
@@ -786,10 +762,23 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
         .await;
     assert_eq!(second_poll.status, 200, "{:?}", second_poll.body);
     assert_eq!(
-        changes(&second_poll.body),
+        receipt_changes(&second_poll.body),
         [(early, early_msg, 1)],
         "the ack that committed last comes with the next poll"
     );
+}
+
+/// The changes of a `/v1/receipts` answer, as (group_id, msg_id, read_count).
+fn receipt_changes(answer: &Value) -> Vec<(i64, i64, i64)> {
+    answer["changes"]
+        .as_array()
+        .expect("changes")
+        .iter()
+        .map(|c| {
+            let field = |name: &str| c[name].as_i64().unwrap_or(-1);
+            (field("group_id"), field("msg_id"), field("read_count"))
+        })
+        .collect()
 }
 
 /// The groups of a `/v1/sync` answer, as (group_id, last_msg_id).
@@ -868,21 +857,10 @@ async fn receipts_hand_out_a_window_page_by_page_then_what_came_after(app: TestA
     };
     ack("bob", second_msg).await;
     let page = |cursor: &str| format!("?cursor={cursor}&limit=1&timeout_s=5");
-    let changes = |answer: &Value| -> Vec<(i64, i64)> {
-        answer["changes"]
-            .as_array()
-            .expect("changes")
-            .iter()
-            .map(|c| {
-                let field = |name: &str| c[name].as_i64().unwrap_or(-1);
-                (field("msg_id"), field("read_count"))
-            })
-            .collect()
-    };
 
     let first = app.poll_receipts("alice", &page(&cursor)).await;
     assert_eq!(first.status, 200, "{:?}", first.body);
-    assert_eq!(changes(&first.body), [(first_msg, 1)]);
+    assert_eq!(receipt_changes(&first.body), [(group, first_msg, 1)]);
     assert_eq!(first.body["has_more"], true);
 
     // After the window's end: a third message, and carol's ack of all three.
@@ -893,16 +871,19 @@ async fn receipts_hand_out_a_window_page_by_page_then_what_came_after(app: TestA
     for _ in 0..4 {
         let answer = app.poll_receipts("alice", &page(&next)).await;
         assert_eq!(answer.status, 200, "{:?}", answer.body);
-        pages.push((changes(&answer.body), answer.body["has_more"] == true));
+        pages.push((
+            receipt_changes(&answer.body),
+            answer.body["has_more"] == true,
+        ));
         next = answer.body["cursor"].as_str().expect("cursor").to_owned();
     }
     assert_eq!(
         pages,
         [
-            (vec![(second_msg, 2)], false),
-            (vec![(first_msg, 2)], true),
-            (vec![(second_msg, 2)], true),
-            (vec![(third_msg, 1)], false),
+            (vec![(group, second_msg, 2)], false),
+            (vec![(group, first_msg, 2)], true),
+            (vec![(group, second_msg, 2)], true),
+            (vec![(group, third_msg, 1)], false),
         ],
         "the window's last page (counts as read then), then carol's ack in the next window"
     );
