@@ -236,10 +236,11 @@ fn not_visible_in(query: RawSql, alias: &str, xmin: i64, from: &Snapshot) -> Raw
         .sql(" AS pg_snapshot))")
 }
 
-/// A feed read's window end, resolved for its engine.
+/// A feed read's window end, resolved for its engine: a snapshot (a paging cursor's, copied
+/// because the read returns its window's end, or one taken just now), or the reading
+/// statement's own, which it returns (PostgreSQL).
 enum ReadEnd {
     At(Snapshot),
-    /// The reading statement's own snapshot, which it returns (PostgreSQL).
     Statement,
 }
 
@@ -254,26 +255,20 @@ fn read_end(conn: &mut AnyConnection, end: WindowEnd) -> QueryResult<ReadEnd> {
 }
 
 /// The order of each feed's rows, by its output columns. The feed's own query and, when it is
-/// wrapped, the wrapper order by the same columns: pages are cut and continued in this order.
-const CHANGED_GROUPS_ORDER: &[&str] = &["group_id"];
-const CHANGED_RECEIPTS_ORDER: &[&str] = &["group_id", "msg_id"];
-
-/// `ORDER BY` text for `columns`, each prefixed with `qualifier` (say `"window_rows."`).
-fn order_by(columns: &[&str], qualifier: &str) -> String {
-    let columns: Vec<String> = columns.iter().map(|c| format!("{qualifier}{c}")).collect();
-    format!(" ORDER BY {}", columns.join(", "))
-}
+/// wrapped, the wrapper (whose output columns are the feed's and `snapshot`) order by the same
+/// text: pages are cut and continued in this order.
+const CHANGED_GROUPS_ORDER: &str = " ORDER BY group_id";
+const CHANGED_RECEIPTS_ORDER: &str = " ORDER BY group_id, msg_id";
 
 /// Wraps a feed query that ends at the statement's snapshot so that it returns that snapshot
 /// too: in a `snapshot` column of every row, and in a row of its own (its other columns null)
 /// when the window holds no changes. `order` is the feed's.
-fn with_statement_snapshot(feed_query: impl FnOnce(RawSql) -> RawSql, order: &[&str]) -> RawSql {
+fn with_statement_snapshot(feed_query: impl FnOnce(RawSql) -> RawSql, order: &str) -> RawSql {
     let query = RawSql::default().sql(
         "SELECT now_snapshot.snapshot AS snapshot, window_rows.* \
          FROM (SELECT pg_current_snapshot()::text AS snapshot) now_snapshot LEFT JOIN (",
     );
-    let order = order_by(order, "window_rows.");
-    feed_query(query).sql(&format!(") window_rows ON true{order}"))
+    feed_query(query).sql(") window_rows ON true").sql(order)
 }
 
 /// A snapshot PostgreSQL gave as text (`pg_current_snapshot()::text`); an error when the
@@ -344,7 +339,7 @@ impl WithSnapshot for MessageAt {
 fn read_feed<R: WithSnapshot>(
     conn: &mut AnyConnection,
     end: WindowEnd,
-    order: &[&str],
+    order: &str,
     query: impl Fn(RawSql, QueryEnd) -> RawSql,
 ) -> QueryResult<(Snapshot, Vec<R::Item>)>
 where
@@ -431,7 +426,7 @@ fn changed_groups_query(
     window(query, "e", FeedTable::MemberEvents, from, to)
         .sql(" ) changed WHERE group_id > ")
         .int(after_group_id)
-        .sql(&order_by(CHANGED_GROUPS_ORDER, ""))
+        .sql(CHANGED_GROUPS_ORDER)
         .sql(" LIMIT ")
         .int(limit)
         .keep_prepared()
@@ -484,7 +479,7 @@ fn changed_receipts_query(
         .int(after.msg_id)
         .sql(")) AND ");
     window(query, "e", FeedTable::ReceiptEvents, from, to)
-        .sql(&order_by(CHANGED_RECEIPTS_ORDER, ""))
+        .sql(CHANGED_RECEIPTS_ORDER)
         .sql(" LIMIT ")
         .int(limit)
         .keep_prepared()
@@ -544,7 +539,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.ends_with(") window_rows ON true ORDER BY window_rows.group_id"));
+        assert!(text.ends_with(") window_rows ON true ORDER BY group_id"));
         assert!(
             text.contains("m.tx >= $2 AND NOT pg_visible_in_snapshot(m.tx::text::xid8, CAST($3"),
             "{text}"
