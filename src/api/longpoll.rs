@@ -6,8 +6,9 @@
 //! travels to clients signed, as the opaque `cursor` query parameter; list endpoints page
 //! with *page tokens* (`next_cursor`).
 //!
-//! A feed position holds a snapshot (`seen`): every change visible in it was reported. A poll
-//! reports what committed since, and hands back a position at a newer snapshot. While a poll
+//! A feed position holds a watermark (`seen`): every change published at or below it was
+//! reported. A poll reports what was published since, and hands back a position at a newer
+//! watermark. While a poll
 //! waits it holds only a [`Registration`](crate::notify::Registration) (no connection, no
 //! thread); a wake-up or the timeout makes it read again. Retrying with the same cursor after
 //! a lost response repeats changes but never skips one.
@@ -21,7 +22,7 @@ use serde::Deserialize;
 use super::error::ApiError;
 use super::extract::AuthUser;
 use super::AppState;
-use crate::db::changes::{current_snapshot, Feed, MessageRef, Snapshot, WindowEnd};
+use crate::db::changes::{current_watermark, Feed, MessageRef, Watermark, WindowEnd};
 use crate::db::members::my_group_ids;
 use crate::db::{AnyConnection, DbError};
 use crate::domain::parse_limit;
@@ -42,9 +43,9 @@ pub struct PollQuery {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedPosition {
     pub feed: Feed,
-    /// Unix seconds when `seen` was taken: the cursor's age, checked against retention.
+    /// Unix seconds when `seen` was read: the cursor's age, checked against retention.
     pub seen_at: i64,
-    pub seen: Snapshot,
+    pub seen: Watermark,
     /// Set while a window of changes is being handed out page by page.
     pub window: Option<Window>,
 }
@@ -52,22 +53,23 @@ pub struct FeedPosition {
 /// The changes between `seen` and `upto`, reported up to and including `after`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Window {
-    pub upto: Snapshot,
+    pub upto: Watermark,
     pub upto_at: i64,
     pub after: MessageRef,
 }
 
-/// The cursor format. Version 1 (before SQLite positions covered every feed table) is still
-/// recognised, and answered as expired so clients start over as they do after retention.
-const CURSOR_VERSION: &str = "2";
-const OUTDATED_CURSOR_VERSIONS: [&str; 1] = ["1"];
+/// The cursor format. Versions 1 and 2 (transaction snapshots, before published positions)
+/// are still recognised, and answered as expired so clients start over as they do after
+/// retention.
+const CURSOR_VERSION: &str = "3";
+const OUTDATED_CURSOR_VERSIONS: [&str; 2] = ["1", "2"];
 /// Cursors are not accepted from more than this far in the future (clock skew between
 /// instances).
 const MAX_CLOCK_SKEW_SECS: i64 = 300;
 const TAG_BYTES: usize = 16;
 
 /// Signs and checks cursors, so only cursors this service issued are read: a client can
-/// neither forge a snapshot nor make an old cursor look new.
+/// neither forge a watermark nor make an old cursor look new.
 pub struct CursorSigner {
     key: Vec<u8>,
 }
@@ -113,7 +115,7 @@ impl CursorSigner {
 }
 
 impl FeedPosition {
-    pub fn at(feed: Feed, seen: Snapshot, seen_at: i64) -> FeedPosition {
+    pub fn at(feed: Feed, seen: Watermark, seen_at: i64) -> FeedPosition {
         FeedPosition {
             feed,
             seen_at,
@@ -167,11 +169,11 @@ impl FeedPosition {
         let latest = chrono::Utc::now().timestamp() + MAX_CLOCK_SKEW_SECS;
         let time = |t: &str| t.parse::<i64>().ok().filter(|t| (0..=latest).contains(t));
         let seen_at = time(parts[2])?;
-        let seen = Snapshot::parse(parts[3])?;
+        let seen = Watermark::parse(parts[3])?;
         let window = match parts.len() {
             4 => None,
             8 => Some(Window {
-                upto: Snapshot::parse(parts[4])?,
+                upto: Watermark::parse(parts[4])?,
                 upto_at: time(parts[5])?,
                 after: MessageRef {
                     group_id: parts[6].parse().ok()?,
@@ -227,16 +229,16 @@ pub fn paginate<R>(
 
 /// Reads the window the next read of `cursor` covers: the one it is paging through, or
 /// everything committed from its position until the read, which finds that end itself. `read`
-/// gets the window's end and the position to read after; it returns the end's snapshot with
+/// gets the window's end and the position to read after; it returns the end's watermark with
 /// the rows.
 pub fn read_window<R>(
     conn: &mut AnyConnection,
     cursor: &FeedPosition,
-    read: impl FnOnce(&mut AnyConnection, WindowEnd, MessageRef) -> QueryResult<(Snapshot, Vec<R>)>,
+    read: impl FnOnce(&mut AnyConnection, WindowEnd, MessageRef) -> QueryResult<(Watermark, Vec<R>)>,
 ) -> QueryResult<(Window, Vec<R>)> {
     match &cursor.window {
         Some(w) => {
-            let (_, rows) = read(conn, WindowEnd::At(&w.upto), w.after)?;
+            let (_, rows) = read(conn, WindowEnd::At(w.upto), w.after)?;
             Ok((w.clone(), rows))
         }
         None => {
@@ -244,8 +246,8 @@ pub fn read_window<R>(
                 group_id: 0,
                 msg_id: 0,
             };
-            // Stamped before the read: the cursor's age, checked against retention, must not
-            // count from later than its snapshot.
+            // Taken before the read: the cursor's age, checked against retention, must not
+            // count from later than its watermark.
             let upto_at = chrono::Utc::now().timestamp();
             let (upto, rows) = read(conn, WindowEnd::Now, start)?;
             let window = Window {
@@ -284,7 +286,7 @@ pub async fn long_poll<T: Send + 'static>(
     let limit = parse_limit(query.limit)?;
     let timeout = parse_timeout(query.timeout_s)?;
     let Some(raw) = query.cursor.as_deref() else {
-        let seen = state.db.read(current_snapshot).await?;
+        let seen = state.db.read(current_watermark).await?;
         let next = FeedPosition::at(feed, seen, chrono::Utc::now().timestamp());
         return Ok(Page {
             items: Vec::new(),
@@ -306,11 +308,9 @@ fn open_cursor(state: &AppState, raw: &str, feed: Feed) -> Result<FeedPosition, 
             "the cursor is from an older version of this server. {start_again}"
         )));
     }
-    let cursor = FeedPosition::decode(raw, feed, &state.cursors)
-        .filter(|c| c.seen.engine() == state.db.engine())
-        .ok_or_else(|| {
-            ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
-        })?;
+    let cursor = FeedPosition::decode(raw, feed, &state.cursors).ok_or_else(|| {
+        ApiError::Validation("cursor: not a cursor this server issued for this feed".into())
+    })?;
     let age = chrono::Utc::now()
         .timestamp()
         .saturating_sub(cursor.seen_at);
@@ -432,12 +432,8 @@ mod tests {
     #[test]
     fn cursors_round_trip_and_are_bound_to_their_feed() {
         let signer = CursorSigner::new(b"test secret");
-        let seen = Snapshot::Postgres {
-            xmin: 5,
-            xmax: 9,
-            xip: vec![6, 8],
-        };
-        let mut cursor = FeedPosition::at(Feed::Receipts, seen.clone(), 1_700_000_000);
+        let seen = Watermark::parse("5").unwrap();
+        let mut cursor = FeedPosition::at(Feed::Receipts, seen, 1_700_000_000);
         assert_eq!(
             FeedPosition::decode(&cursor.encode(&signer), Feed::Receipts, &signer),
             Some(cursor.clone())
@@ -447,11 +443,7 @@ mod tests {
             None
         );
         cursor.window = Some(Window {
-            upto: Snapshot::Postgres {
-                xmin: 9,
-                xmax: 12,
-                xip: vec![],
-            },
+            upto: Watermark::parse("9").unwrap(),
             upto_at: 1_700_000_005,
             after: MessageRef {
                 group_id: 3,
@@ -474,19 +466,11 @@ mod tests {
         let signer = CursorSigner::new(b"test secret");
         let other = CursorSigner::new(b"another secret");
         let now = chrono::Utc::now().timestamp();
-        let cursor = FeedPosition::at(
-            Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
-            now,
-        );
+        let cursor = FeedPosition::at(Feed::Messages, Watermark::parse("3").unwrap(), now);
         let issued = cursor.encode(&signer);
         let (body, tag) = issued.split_once('.').unwrap();
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let forged_body = b64.encode(format!("2.m.{now}.0:0:"));
+        let forged_body = b64.encode(format!("3.m.{now}.0"));
 
         assert_eq!(
             FeedPosition::decode(&issued, Feed::Messages, &signer),
@@ -512,15 +496,7 @@ mod tests {
     fn cursors_from_the_future_or_before_the_epoch_are_refused() {
         let signer = CursorSigner::new(b"test secret");
         for seen_at in [i64::MAX, i64::MIN] {
-            let cursor = FeedPosition::at(
-                Feed::Messages,
-                Snapshot::Postgres {
-                    xmin: 3,
-                    xmax: 3,
-                    xip: vec![],
-                },
-                seen_at,
-            );
+            let cursor = FeedPosition::at(Feed::Messages, Watermark::parse("3").unwrap(), seen_at);
             assert_eq!(
                 FeedPosition::decode(&cursor.encode(&signer), Feed::Messages, &signer),
                 None,
@@ -534,17 +510,20 @@ mod tests {
         let signer = CursorSigner::new(b"test secret");
         let current = FeedPosition::at(
             Feed::Messages,
-            Snapshot::Postgres {
-                xmin: 3,
-                xmax: 3,
-                xip: vec![],
-            },
+            Watermark::parse("3").unwrap(),
             chrono::Utc::now().timestamp(),
         )
         .encode(&signer);
-        let previous = signer.sign(&format!("1.m.{}.3:3:", chrono::Utc::now().timestamp()));
+        let now = chrono::Utc::now().timestamp();
+        let previous = signer.sign(&format!("1.m.{now}.3:3:"));
+        let snapshots = signer.sign(&format!("2.m.{now}.3:3:"));
 
         assert!(FeedPosition::is_outdated(&previous, &signer));
+        assert!(FeedPosition::is_outdated(&snapshots, &signer));
+        assert_eq!(
+            FeedPosition::decode(&snapshots, Feed::Messages, &signer),
+            None
+        );
         assert_eq!(
             FeedPosition::decode(&previous, Feed::Messages, &signer),
             None

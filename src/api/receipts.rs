@@ -112,7 +112,7 @@ fn fetch_receipt_changes(
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
     let sender_id = caller.id();
     let (window, refs) = read_window(conn, cursor, |conn, end, after| {
-        changed_receipts(conn, sender_id, &cursor.seen, end, after, limit + 1)
+        changed_receipts(conn, sender_id, cursor.seen, end, after, limit + 1)
     })?;
     let Page {
         items: refs,

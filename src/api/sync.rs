@@ -62,7 +62,7 @@ fn fetch_changed_groups(
             conn,
             caller.id(),
             device,
-            &cursor.seen,
+            cursor.seen,
             end,
             after.group_id,
             limit + 1,

@@ -4,12 +4,11 @@
 //! Everything below `db::` is plain diesel: no HTTP types. Handlers reach it only through
 //! [`Db::read`] and [`Db::write`], which run the closure on a blocking thread with a pooled
 //! connection, so an async worker never waits on the database. A write records the wake-ups
-//! it causes; [`Db::write`] announces them and wakes the waiting long-polls after the commit,
-//! so no caller decides wake-ups a second time.
+//! it causes; [`Db::write`] publishes the write after the commit (feed positions, wake-ups to
+//! other instances and to this process's long-polls), so no caller decides them a second time.
 
 pub mod access;
 pub mod ack_statement;
-pub mod announce;
 pub mod changes;
 pub mod chat_list;
 mod connection;
@@ -31,6 +30,7 @@ mod open_failure;
 pub mod plain_send;
 mod pool;
 mod proven_connection;
+pub mod publish;
 pub mod push_due;
 pub mod push_outbox;
 pub mod push_targets;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use diesel::prelude::*;
 
-use super::announce::{announce_in_transaction, Announcer};
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
 use super::gated_pool::GatedPool;
+use super::publish::{publish_now, Publisher, Ticket};
 use super::storage::StorageAlarm;
 use super::write_lane::{CommitCounters, WriteLane};
 use crate::notify::Notifier;
@@ -31,26 +31,29 @@ pub struct Db {
     commits: Arc<CommitCounters>,
     /// Who hears of committed writes in this process; None for tools that serve no polls.
     notifier: Option<Arc<Notifier>>,
-    /// How writes tell other instances (PostgreSQL; SQLite has none to tell).
-    announce: Announce,
+    /// How writes publish their feed positions and wake-ups.
+    publish: Publish,
     /// Says in the log when writes start and stop being refused for lack of space.
     storage: Arc<StorageAlarm>,
     /// See [`DbSettings::one_statement_writes`].
     one_statement_writes: bool,
 }
 
-/// How a write's wake-ups reach other instances.
+/// How a write is published: its feed rows stamped with positions, its wake-ups sent (see
+/// [`super::publish`]).
 #[derive(Clone)]
-enum Announce {
-    /// Inside the writing transaction: tools and seeding, which run no announcer task.
-    InTransaction,
-    /// After the commit, queued for this serving instance's announcer task.
-    AfterCommit(Arc<Announcer>),
-    /// Never: a test's instance whose announcements are all lost.
-    Never,
+enum Publish {
+    /// SQLite: inside the writer lane's batch, before its commit; this process's waiters are
+    /// woken after it.
+    InBatch,
+    /// PostgreSQL tools and seeding, which run no publisher task: right after the commit, on
+    /// the writing connection.
+    AfterCommit,
+    /// PostgreSQL serving: by this instance's publisher task, which the write waits for.
+    ByPublisher(Arc<Publisher>),
 }
 
-/// The instance name a write without a notifier announces under (tools, seeding): every
+/// The instance name a write without a notifier publishes under (tools, seeding): every
 /// serving instance treats it as another instance's.
 const TOOL_INSTANCE: &str = "tool";
 
@@ -88,7 +91,7 @@ impl Db {
                     lane: Some(lane),
                     commits,
                     notifier: None,
-                    announce: Announce::InTransaction,
+                    publish: Publish::InBatch,
                     storage: Arc::default(),
                     one_statement_writes: settings.one_statement_writes,
                 }
@@ -102,7 +105,7 @@ impl Db {
                     lane: None,
                     commits,
                     notifier: None,
-                    announce: Announce::InTransaction,
+                    publish: Publish::AfterCommit,
                     storage: Arc::default(),
                     one_statement_writes: settings.one_statement_writes,
                 }
@@ -112,21 +115,22 @@ impl Db {
     }
 
     /// The same database, with the waiters of this process woken after each write and, on
-    /// PostgreSQL, other instances told after the commit from one task (see [`Announcer`]).
-    /// `announce: false` is for tests only: an instance whose announcements are all lost, as
-    /// when it dies between its commits and their announcement.
+    /// PostgreSQL, writes published by one task (see [`Publisher`]). `announce: false` is for
+    /// tests only: an instance whose wake-ups never reach other instances, as when it dies
+    /// between its commits and their publication (its writes are still published).
     pub fn waking(self, notifier: Arc<Notifier>, announce: bool) -> Db {
-        let announce = match (self.engine, announce) {
-            (Engine::Postgres, true) => {
+        let publish = match self.engine {
+            Engine::Postgres => {
                 let instance = notifier.instance_id().to_owned();
-                Announce::AfterCommit(Announcer::start(self.writer.clone(), instance))
+                let publisher =
+                    Publisher::start(self.writer.clone(), instance, announce, notifier.clone());
+                Publish::ByPublisher(publisher)
             }
-            (Engine::Postgres, false) => Announce::Never,
-            (Engine::Sqlite, _) => self.announce,
+            Engine::Sqlite => self.publish,
         };
         Db {
             notifier: Some(notifier),
-            announce,
+            publish,
             ..self
         }
     }
@@ -150,10 +154,10 @@ impl Db {
 
     /// Runs `f` as one transaction on a pooled connection (PostgreSQL), or inside the writer
     /// lane's next batch (SQLite: one transaction for every write waiting, `f` in a savepoint
-    /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit. The
-    /// wake-ups `f` records wake this process's waiters after it commits and are queued for
-    /// other instances then (tools announce them inside the transaction); a write that fails
-    /// wakes no one. Writes that may be refused use [`Db::write_checked`].
+    /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit and
+    /// its publication (see [`super::publish`]): its feed rows have positions and the wake-ups
+    /// `f` records have woken this process's waiters and gone to other instances. A write that
+    /// fails wakes no one. Writes that may be refused use [`Db::write_checked`].
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
@@ -184,30 +188,39 @@ impl Db {
         // drops that future, but what it wrote is committed and its waiters must hear of it.
         let committed = self.on_commit();
         let after_commit = move |(_, wakes): &(T, Wakes)| committed(wakes);
-        let outcome = match &self.lane {
-            Some(lane) => lane.submit(work, after_commit).await,
+        let (outcome, ticket) = match &self.lane {
+            Some(lane) => {
+                let after_batch = move |done: &(T, Wakes)| {
+                    after_commit(done);
+                };
+                (lane.submit(work, after_batch).await, None)
+            }
             None => {
                 let commits = self.commits.clone();
-                let announce_now = matches!(self.announce, Announce::InTransaction);
-                self.writer
+                let publish_now_here = matches!(self.publish, Publish::AfterCommit);
+                let ran = self
+                    .writer
                     .run(move |conn| {
-                        let outcome = in_transaction(conn, |c| {
-                            let outcome = work(c)?;
-                            if let (Ok((_, wakes)), true) = (&outcome, announce_now) {
-                                announce_in_transaction(c, &instance, wakes)?;
-                            }
-                            Ok(outcome)
-                        })?;
+                        let outcome = in_transaction(conn, work)?;
+                        let mut ticket = None;
                         if let Ok(done) = &outcome {
                             commits.committed(1);
-                            after_commit(done);
+                            ticket = after_commit(done);
+                            if publish_now_here {
+                                publish_after_commit(conn, &instance, &done.1);
+                            }
                         }
-                        Ok(outcome)
+                        Ok((outcome, ticket))
                     })
-                    .await
+                    .await;
+                match ran {
+                    Ok((outcome, ticket)) => (Ok(outcome), ticket),
+                    Err(e) => (Err(e), None),
+                }
             }
-        }
-        .inspect_err(|e| self.storage.failed(e))?;
+        };
+        self.wait_for_publication(ticket).await;
+        let outcome = outcome.inspect_err(|e| self.storage.failed(e))?;
         if outcome.is_ok() {
             self.storage.wrote();
         }
@@ -219,8 +232,8 @@ impl Db {
     /// statement and COMMIT cost three. `f` answers how many writes the statement stored
     /// (counted as one commit carrying them) and its value. This answers None, without
     /// calling `f`, where [`Db::writes_in_one_statement`] is false: on SQLite (whose writes
-    /// share the writer lane's commits), for tools (which announce inside their transactions)
-    /// and when the settings turn it off. Wake-ups go as after any commit.
+    /// share the writer lane's commits), for tools (which publish on the writing connection)
+    /// and when the settings turn it off. It is published as any write is.
     pub async fn write_one_statement<T, F>(&self, f: F) -> Result<Option<T>, DbError>
     where
         F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<(usize, T)>
@@ -241,15 +254,18 @@ impl Db {
                 };
                 let mut wakes = Wakes::default();
                 let (writes, written) = f(conn, &mut wakes)?;
+                let mut ticket = None;
                 if writes > 0 {
                     commits.committed(writes);
-                    committed(&wakes);
+                    ticket = committed(&wakes);
                 }
-                Ok(Some((writes, written)))
+                Ok(Some((writes, written, ticket)))
             })
             .await
             .inspect_err(|e| self.storage.failed(e))?;
-        Ok(written.map(|(writes, written)| {
+        self.wait_for_publication(written.as_ref().and_then(|w| w.2))
+            .await;
+        Ok(written.map(|(writes, written, _)| {
             if writes > 0 {
                 self.storage.wrote();
             }
@@ -279,27 +295,36 @@ impl Db {
     /// Whether [`Db::write_one_statement`] runs its statement here: PostgreSQL, serving, with
     /// the setting on.
     pub fn writes_in_one_statement(&self) -> bool {
-        let in_transaction = matches!(self.announce, Announce::InTransaction);
-        self.engine == Engine::Postgres && !in_transaction && self.one_statement_writes
+        let serving = matches!(self.publish, Publish::ByPublisher(_));
+        self.engine == Engine::Postgres && serving && self.one_statement_writes
     }
 
-    /// What a committed write's wake-ups do: wake this process's waiters, and queue them for
-    /// other instances when this instance announces after its commits.
-    fn on_commit(&self) -> impl Fn(&Wakes) + Send + 'static {
+    /// What a committed write's wake-ups do: queued for this instance's publisher, whose round
+    /// the write waits for (the ticket); or, where the write is already published (SQLite's
+    /// batch), this process's waiters woken at once.
+    fn on_commit(&self) -> impl Fn(&Wakes) -> Option<Ticket> + Send + 'static {
         let notifier = self.notifier.clone();
-        let announcer = match &self.announce {
-            Announce::AfterCommit(announcer) => Some(announcer.clone()),
-            Announce::InTransaction | Announce::Never => None,
+        let publisher = match &self.publish {
+            Publish::ByPublisher(publisher) => Some(publisher.clone()),
+            Publish::InBatch | Publish::AfterCommit => None,
         };
         move |wakes: &Wakes| {
-            if let Some(announcer) = &announcer {
-                announcer.queue(wakes);
+            if let Some(publisher) = &publisher {
+                return Some(publisher.queue(wakes));
             }
             if let Some(notifier) = &notifier {
                 for event in wakes.events() {
                     notifier.wake(event);
                 }
             }
+            None
+        }
+    }
+
+    /// Waits for the publisher's round that publishes a write, if it has one.
+    async fn wait_for_publication(&self, ticket: Option<Ticket>) {
+        if let (Publish::ByPublisher(publisher), Some(ticket)) = (&self.publish, ticket) {
+            publisher.published(ticket).await;
         }
     }
 
@@ -331,6 +356,14 @@ impl Db {
             w.connections - w.idle_connections + r.connections - r.idle_connections,
             w.idle_connections + r.idle_connections,
         )
+    }
+}
+
+/// Publishes a tool's committed write on its connection. The write stands if this fails: its
+/// rows are published by the next publication of any instance or tool.
+fn publish_after_commit(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) {
+    if let Err(cause) = publish_now(conn, instance, wakes) {
+        tracing::warn!(%cause, "a committed write is not published yet; the next write's publication will");
     }
 }
 

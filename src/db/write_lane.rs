@@ -20,6 +20,7 @@ use diesel::prelude::*;
 use super::connection::AnyConnection;
 use super::error::DbError;
 use super::pool::Pool;
+use super::publish::publish_pending;
 use super::wait_count::{WaitCount, Waiting};
 
 type Manager = <AnyConnection as Connection>::TransactionManager;
@@ -215,7 +216,9 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
             return fail_all(jobs.collect(), &lost);
         }
     }
-    let committed = Manager::commit_transaction(&mut conn);
+    // The batch's feed rows get their positions in the batch itself: with one writer,
+    // positions follow commits.
+    let committed = publish_pending(&mut conn).and_then(|_| Manager::commit_transaction(&mut conn));
     conn.record(&committed);
     match committed {
         Ok(()) => counters.committed(ran.len()),

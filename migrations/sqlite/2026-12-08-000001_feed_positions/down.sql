@@ -1,0 +1,10 @@
+DROP INDEX member_events_unpublished;
+DROP INDEX member_events_by_pos;
+ALTER TABLE member_events DROP COLUMN pos;
+DROP INDEX receipt_events_unpublished;
+DROP INDEX receipt_events_by_pos;
+ALTER TABLE receipt_events DROP COLUMN pos;
+DROP INDEX group_msgs_unpublished;
+DROP INDEX group_msgs_by_pos;
+ALTER TABLE group_msgs DROP COLUMN pos;
+DROP TABLE feed_clock;

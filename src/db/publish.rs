@@ -1,0 +1,377 @@
+//! Publishing committed writes: their feed positions, and their wake-ups.
+//!
+//! A write stores its feed rows (`group_msgs`, `receipt_events`, `member_events`) with no
+//! position. Publication stamps every committed unpublished row with the feed clock's next
+//! value, in a transaction that holds the clock's row lock, so publications take turns: any
+//! reader sees a prefix of the clock, every value at or below `feed_clock.published` complete.
+//! A write that commits late is simply stamped later, with a larger position, so a reader that
+//! has passed a position never finds a change below it afterwards. No transaction id or
+//! snapshot is involved: positions are stored data, the same after a dump and restore.
+//!
+//! When publication runs depends on the engine. On SQLite the writer lane stamps inside the
+//! batch that stores the rows, before its commit ([`publish_pending`]): one writer, so
+//! positions follow commits trivially. On PostgreSQL a serving instance publishes after the
+//! commit, from one task ([`Publisher`]): every write's wake-ups queue there, and one round
+//! stamps whatever committed meanwhile and sends the queued wake-ups (`NOTIFY`, identical
+//! events folded) in one transaction, then wakes this process's waiters. So publication costs
+//! one short transaction per round, not per write, and commits do not queue on the lock
+//! PostgreSQL takes, for the whole cluster, to commit a transaction that notified. A write
+//! answers once its round is published (see [`Publisher::published`]), so a client that saw
+//! its send succeed finds it in the feeds.
+//!
+//! An instance that dies between a commit and its round leaves rows unpublished. Every round
+//! of every instance stamps all of them, and each publisher also looks for them every
+//! [`SWEEP_EVERY`], so they appear in the feeds by then; the waiters for them answer at their
+//! timeout and the client's next poll returns them. Nothing is skipped. Events dropped because
+//! too many are queued (the database is not keeping up) are delayed the same way, as the log
+//! says. A round that cannot be sent (the pool busy, the database away) is kept and tried
+//! again. The task queues for its connection at the pool's gate like any request.
+//!
+//! Tools without a serving instance (seeding, one-off commands) publish right after their
+//! commit on the same connection ([`publish_now`]).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{Array, Bool, Text};
+use tokio::sync::{watch, Notify};
+
+use super::gated_pool::GatedPool;
+use super::AnyConnection;
+use crate::notify::Notifier;
+use crate::wake::{WakeEvent, Wakes, CHANNEL};
+
+/// At most this many distinct events wait for the next round; more are dropped (the waiters
+/// for them answer at their timeout). Each is a few dozen bytes.
+const MAX_QUEUED: usize = 65_536;
+/// How soon a round that could not be sent is tried again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+/// How often a publisher looks for rows left unpublished (an instance died after its commit).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+/// How long a write waits for its round before answering anyway: it is committed, and will be
+/// published by a later round or sweep.
+const MAX_WAIT_FOR_ROUND: Duration = Duration::from_secs(5);
+
+#[derive(QueryableByName)]
+struct Pending {
+    #[diesel(sql_type = Bool)]
+    pending: bool,
+}
+
+/// Stamps every committed unpublished feed row with the clock's next value, inside the
+/// caller's transaction; true when there were any. The clock's row lock, held to the commit,
+/// makes publications take turns. Each statement of the transaction sees what the previous
+/// publication committed (PostgreSQL's read committed, or SQLite's one writer), so no row is
+/// stamped twice.
+pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
+    // Three probes of small partial indexes: most rounds on an idle system stop here and
+    // take no lock.
+    let pending: Vec<Pending> = diesel::sql_query(
+        "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
+              OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
+              OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL)) AS pending",
+    )
+    .load(conn)?;
+    if !pending.first().is_some_and(|p| p.pending) {
+        return Ok(false);
+    }
+    let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
+    diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
+        .execute(conn)?;
+    for table in ["group_msgs", "receipt_events", "member_events"] {
+        diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
+            .execute(conn)?;
+    }
+    Ok(true)
+}
+
+/// Publishes right after a commit on the same connection, in a transaction of its own:
+/// positions, then every wake-up of `wakes` to other instances. For tools, which run no
+/// publisher task.
+pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> QueryResult<()> {
+    let payloads: Vec<String> = wakes.events().iter().map(|e| e.encode(instance)).collect();
+    conn.transaction(|c| {
+        publish_pending(c)?;
+        notify_all(c, payloads)
+    })
+}
+
+/// One statement for every payload: a `NOTIFY` each, in the caller's transaction.
+fn notify_all(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<()> {
+    if let (AnyConnection::Postgresql(c), false) = (conn, payloads.is_empty()) {
+        diesel::sql_query("SELECT pg_notify($1, payload) FROM unnest($2) AS payload")
+            .bind::<Text, _>(CHANNEL)
+            .bind::<Array<Text>, _>(payloads)
+            .execute(c)?;
+    }
+    Ok(())
+}
+
+/// Which round publishes a write: it answers once that round is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket(u64);
+
+/// One serving instance's publication: the queue of its committed writes' wake-ups, and the
+/// task that publishes them in rounds.
+pub struct Publisher {
+    instance: String,
+    /// Whether rounds tell other instances. Off only in tests, for an instance whose
+    /// announcements are all lost, as when it dies after each commit.
+    announce: bool,
+    queue: Mutex<Queue>,
+    queued: Notify,
+    /// The last round published.
+    published: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// In the order the writes' commits were queued.
+    events: Vec<WakeEvent>,
+    seen: HashSet<WakeEvent>,
+    /// Dropped since the last round, for the log.
+    dropped: u64,
+    /// The number of the round that will take what is queued now; the first is 1.
+    next_round: u64,
+}
+
+impl Queue {
+    /// Adds an event unless it is already queued; beyond the bound it is dropped and counted.
+    fn push(&mut self, event: WakeEvent) {
+        if self.seen.contains(&event) {
+            return;
+        }
+        if self.events.len() >= MAX_QUEUED {
+            self.dropped += 1;
+            return;
+        }
+        self.seen.insert(event.clone());
+        self.events.push(event);
+    }
+}
+
+/// What one round takes from the queue.
+struct Round {
+    number: u64,
+    events: Vec<WakeEvent>,
+    dropped: u64,
+}
+
+impl Publisher {
+    /// The publisher of the instance named `instance`, its task running on `pool`: it queues
+    /// for a connection like any other call. Woken waiters are `notifier`'s.
+    pub fn start(
+        pool: GatedPool,
+        instance: String,
+        announce: bool,
+        notifier: Arc<Notifier>,
+    ) -> Arc<Publisher> {
+        let publisher = Arc::new(Publisher::new(instance, announce));
+        tokio::spawn(publisher.clone().run(pool, notifier));
+        publisher
+    }
+
+    fn new(instance: String, announce: bool) -> Publisher {
+        Publisher {
+            instance,
+            announce,
+            queue: Mutex::new(Queue {
+                next_round: 1,
+                ..Queue::default()
+            }),
+            queued: Notify::new(),
+            published: watch::Sender::new(0),
+        }
+    }
+
+    /// Queues a committed write's wake-ups for the next round; returns at once (any thread,
+    /// no runtime needed) with the round's ticket.
+    pub fn queue(&self, wakes: &Wakes) -> Ticket {
+        let ticket = {
+            let mut queue = self.lock();
+            for event in wakes.events() {
+                queue.push(event.clone());
+            }
+            Ticket(queue.next_round)
+        };
+        self.queued.notify_one();
+        ticket
+    }
+
+    /// Waits until the round of `ticket` is published, or [`MAX_WAIT_FOR_ROUND`] (the write
+    /// is committed either way; a later round publishes it).
+    pub async fn published(&self, ticket: Ticket) {
+        let mut rounds = self.published.subscribe();
+        let done = rounds.wait_for(|round| *round >= ticket.0);
+        if tokio::time::timeout(MAX_WAIT_FOR_ROUND, done)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "a write answers before its feed positions are published (the database is \
+                 slow or away); it appears in the feeds once they are"
+            );
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // The queue holds only events; a panic elsewhere cannot leave it inconsistent.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> Round {
+        let mut queue = self.lock();
+        let number = queue.next_round;
+        queue.next_round += 1;
+        queue.seen.clear();
+        Round {
+            number,
+            events: std::mem::take(&mut queue.events),
+            dropped: std::mem::take(&mut queue.dropped),
+        }
+    }
+
+    /// Puts the events of a round that could not be published back at the head of the queue,
+    /// ahead of what queued meanwhile, within the bound. The next round takes them.
+    fn requeue(&self, events: Vec<WakeEvent>) {
+        let mut queue = self.lock();
+        let later = std::mem::take(&mut queue.events);
+        queue.seen.clear();
+        for event in events.into_iter().chain(later) {
+            queue.push(event);
+        }
+    }
+
+    async fn run(self: Arc<Self>, pool: GatedPool, notifier: Arc<Notifier>) {
+        // Set while rounds fail (the pool busy, the database away): the round is kept and
+        // tried again after RETRY_AFTER, and the log says so once per episode.
+        let mut failing = false;
+        loop {
+            let wait = if failing { RETRY_AFTER } else { SWEEP_EVERY };
+            let _ = tokio::time::timeout(wait, self.queued.notified()).await;
+            let round = self.take();
+            if round.dropped > 0 {
+                tracing::warn!(
+                    dropped = round.dropped,
+                    "wake-ups not sent: too many queued; their long-polls answer at their \
+                     timeout instead"
+                );
+            }
+            let payloads: Vec<String> = match self.announce {
+                true => round
+                    .events
+                    .iter()
+                    .map(|e| e.encode(&self.instance))
+                    .collect(),
+                false => Vec::new(),
+            };
+            let sent = pool
+                .run(move |conn| {
+                    // A round with nothing queued is a sweep: it commits only if it stamped.
+                    conn.transaction(|c| {
+                        publish_pending(c)?;
+                        notify_all(c, payloads)
+                    })
+                })
+                .await;
+            match sent {
+                Ok(()) => {
+                    if failing {
+                        failing = false;
+                        tracing::info!("writes are published again");
+                    }
+                    self.published.send_replace(round.number);
+                    for event in &round.events {
+                        notifier.wake(event);
+                    }
+                }
+                Err(cause) => {
+                    if !failing {
+                        tracing::warn!(
+                            %cause,
+                            "cannot publish committed writes; trying again every {} ms (the \
+                             feeds show them and long-polls hear of them once published)",
+                            RETRY_AFTER.as_millis()
+                        );
+                    }
+                    failing = true;
+                    self.requeue(round.events);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wakes(events: &[WakeEvent]) -> Wakes {
+        let mut wakes = Wakes::default();
+        for event in events {
+            wakes.record(event.clone());
+        }
+        wakes
+    }
+
+    #[test]
+    fn what_queues_between_rounds_goes_once_in_commit_order() {
+        let publisher = Publisher::new("i1".into(), true);
+        let (sent, read) = (WakeEvent::MessageSent(7), WakeEvent::CursorMoved(7));
+        let first = publisher.queue(&wakes(&[sent.clone(), read.clone()]));
+        let second = publisher.queue(&wakes(&[sent.clone(), WakeEvent::ReadMoved("bob".into())]));
+        assert_eq!(first, second, "both wait for the same round");
+        let round = publisher.take();
+        assert_eq!(Ticket(round.number), first);
+        assert_eq!(
+            round.events,
+            [sent.clone(), read, WakeEvent::ReadMoved("bob".into())]
+        );
+        assert_eq!(round.dropped, 0);
+
+        let later = publisher.queue(&wakes(std::slice::from_ref(&sent)));
+        assert_eq!(later, Ticket(round.number + 1), "the next round takes it");
+        assert_eq!(
+            publisher.take().events,
+            [sent],
+            "a new round sends it again"
+        );
+        assert!(publisher.take().events.is_empty());
+    }
+
+    #[test]
+    fn beyond_the_bound_events_are_dropped_and_counted() {
+        let publisher = Publisher::new("i1".into(), true);
+        let events: Vec<WakeEvent> = (0..MAX_QUEUED as i64 + 10)
+            .map(WakeEvent::MessageSent)
+            .collect();
+        publisher.queue(&wakes(&events));
+        let round = publisher.take();
+        assert_eq!(round.events.len(), MAX_QUEUED);
+        assert_eq!(round.dropped, 10);
+    }
+
+    #[test]
+    fn a_round_that_failed_goes_first_next_time_without_repeats() {
+        let publisher = Publisher::new("i1".into(), true);
+        let ticket = publisher.queue(&wakes(&[
+            WakeEvent::MessageSent(1),
+            WakeEvent::MessageSent(2),
+        ]));
+        let failed = publisher.take();
+        publisher.queue(&wakes(&[
+            WakeEvent::MessageSent(2),
+            WakeEvent::MessageSent(3),
+        ]));
+
+        publisher.requeue(failed.events);
+        let retried = publisher.take();
+        assert!(Ticket(retried.number) != ticket && retried.number > ticket.0);
+        assert_eq!(
+            retried.events,
+            (1..=3).map(WakeEvent::MessageSent).collect::<Vec<_>>()
+        );
+    }
+}
