@@ -130,7 +130,14 @@ pub async fn spawn_app(engine: Engine) -> TestApp {
 
 /// A server on a fresh database, with the test sizing and then `adjust` applied.
 pub async fn spawn_app_with(engine: Engine, adjust: impl FnOnce(&mut Settings)) -> TestApp {
-    let db = Arc::new(ScratchDb::for_test(engine));
+    spawn_app_on(ScratchDb::for_test(engine), adjust).await
+}
+
+/// A server on `db` as it is (a database a test prepared, say restored from a dump), with the
+/// test sizing and then `adjust` applied.
+pub async fn spawn_app_on(db: ScratchDb, adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    let engine = db.engine();
+    let db = Arc::new(db);
     let server = InProcessServer::start(db.url(), |settings| {
         server::test_sizing(settings);
         adjust(settings);

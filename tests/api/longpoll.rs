@@ -769,7 +769,7 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
 }
 
 /// The changes of a `/v1/receipts` answer, as (group_id, msg_id, read_count).
-fn receipt_changes(answer: &Value) -> Vec<(i64, i64, i64)> {
+pub(crate) fn receipt_changes(answer: &Value) -> Vec<(i64, i64, i64)> {
     answer["changes"]
         .as_array()
         .expect("changes")
@@ -782,7 +782,7 @@ fn receipt_changes(answer: &Value) -> Vec<(i64, i64, i64)> {
 }
 
 /// The groups of a `/v1/sync` answer, as (group_id, last_msg_id).
-fn synced_groups(answer: &Value) -> Vec<(i64, i64)> {
+pub(crate) fn synced_groups(answer: &Value) -> Vec<(i64, i64)> {
     answer["groups"]
         .as_array()
         .expect("groups")

@@ -18,6 +18,7 @@ mod chat_list;
 mod delivery;
 mod devices;
 mod dropped_polls;
+mod feed_positions;
 mod group_commit;
 mod groups;
 mod large_groups;
