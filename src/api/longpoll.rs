@@ -30,6 +30,11 @@ use crate::notify::{Registration, WaitRefused};
 use crate::wake::WakeEvent;
 
 pub const DEFAULT_TIMEOUT_S: i64 = 25;
+/// How long a poll waits, before its first read, for this instance's committed writes to be
+/// published: a client that wrote through this instance and then polls sees its own write
+/// (and takes a fresh cursor after it). Publication follows a commit within a round trip;
+/// the bound only matters while the database is away.
+const CATCH_UP: Duration = Duration::from_secs(2);
 pub const MAX_TIMEOUT_S: i64 = 60;
 
 #[derive(Deserialize)]
@@ -286,6 +291,7 @@ pub async fn long_poll<T: Send + 'static>(
     let limit = parse_limit(query.limit)?;
     let timeout = parse_timeout(query.timeout_s)?;
     let Some(raw) = query.cursor.as_deref() else {
+        state.db.writes_published(CATCH_UP).await;
         let seen = state.db.read(current_watermark).await?;
         let next = FeedPosition::at(feed, seen, chrono::Utc::now().timestamp());
         return Ok(Page {
@@ -335,6 +341,7 @@ async fn wait_for_changes<T: Send + 'static>(
 ) -> Result<Page<T>, ApiError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let done = || timeout.is_zero() || state.notifier.is_shutting_down();
+    state.db.writes_published(CATCH_UP).await;
     let (mut registration, first) =
         register_and_read(state, user, feed, cursor.clone(), limit, fetch).await?;
     let mut read: Result<Page<T>, DbError> = Ok(first);

@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use super::connection::{AnyConnection, ConnectionManager, DbSettings, Engine};
 use super::error::DbError;
 use super::gated_pool::GatedPool;
-use super::publish::{publish_now, Publisher, Ticket};
+use super::publish::{publish_now, Publisher};
 use super::storage::StorageAlarm;
 use super::write_lane::{CommitCounters, WriteLane};
 use crate::notify::Notifier;
@@ -26,6 +26,8 @@ pub struct Db {
     engine: Engine,
     writer: GatedPool,
     reader: GatedPool,
+    /// PostgreSQL only: the publisher's own connection, one of the pool's size.
+    publishing: Option<GatedPool>,
     /// SQLite only.
     lane: Option<WriteLane>,
     commits: Arc<CommitCounters>,
@@ -88,6 +90,7 @@ impl Db {
                     engine,
                     writer,
                     reader: build(settings.pool_size.max(1))?,
+                    publishing: None,
                     lane: Some(lane),
                     commits,
                     notifier: None,
@@ -97,11 +100,15 @@ impl Db {
                 }
             }
             Engine::Postgres => {
-                let pool = build(settings.pool_size.max(2))?;
+                // One connection of the pool's size is the publisher's: a round never queues
+                // behind requests, so feeds and wake-ups follow commits closely.
+                let size = settings.pool_size.max(2);
+                let pool = build(size - 1)?;
                 Db {
                     engine,
                     writer: pool.clone(),
                     reader: pool,
+                    publishing: Some(build(1)?),
                     lane: None,
                     commits,
                     notifier: None,
@@ -119,14 +126,14 @@ impl Db {
     /// tests only: an instance whose wake-ups never reach other instances, as when it dies
     /// between its commits and their publication (its writes are still published).
     pub fn waking(self, notifier: Arc<Notifier>, announce: bool) -> Db {
-        let publish = match self.engine {
-            Engine::Postgres => {
+        let publish = match &self.publishing {
+            Some(connection) => {
                 let instance = notifier.instance_id().to_owned();
                 let publisher =
-                    Publisher::start(self.writer.clone(), instance, announce, notifier.clone());
+                    Publisher::start(connection.clone(), instance, announce, notifier.clone());
                 Publish::ByPublisher(publisher)
             }
-            Engine::Sqlite => self.publish,
+            None => self.publish,
         };
         Db {
             notifier: Some(notifier),
@@ -154,10 +161,11 @@ impl Db {
 
     /// Runs `f` as one transaction on a pooled connection (PostgreSQL), or inside the writer
     /// lane's next batch (SQLite: one transaction for every write waiting, `f` in a savepoint
-    /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit and
-    /// its publication (see [`super::publish`]): its feed rows have positions and the wake-ups
-    /// `f` records have woken this process's waiters and gone to other instances. A write that
-    /// fails wakes no one. Writes that may be refused use [`Db::write_checked`].
+    /// of its own; see [`WriteLane`]). Either way the caller hears of it after the commit.
+    /// The write is then published (see [`super::publish`]): on SQLite it already is; on
+    /// PostgreSQL this instance's publisher gives its feed rows positions and sends the
+    /// wake-ups `f` records, a moment later, without the caller waiting. A write that fails
+    /// wakes no one. Writes that may be refused use [`Db::write_checked`].
     pub async fn write<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<T> + Send + 'static,
@@ -188,38 +196,26 @@ impl Db {
         // drops that future, but what it wrote is committed and its waiters must hear of it.
         let committed = self.on_commit();
         let after_commit = move |(_, wakes): &(T, Wakes)| committed(wakes);
-        let (outcome, ticket) = match &self.lane {
-            Some(lane) => {
-                let after_batch = move |done: &(T, Wakes)| {
-                    after_commit(done);
-                };
-                (lane.submit(work, after_batch).await, None)
-            }
+        let outcome = match &self.lane {
+            Some(lane) => lane.submit(work, after_commit).await,
             None => {
                 let commits = self.commits.clone();
                 let publish_now_here = matches!(self.publish, Publish::AfterCommit);
-                let ran = self
-                    .writer
+                self.writer
                     .run(move |conn| {
                         let outcome = in_transaction(conn, work)?;
-                        let mut ticket = None;
                         if let Ok(done) = &outcome {
                             commits.committed(1);
-                            ticket = after_commit(done);
+                            after_commit(done);
                             if publish_now_here {
                                 publish_after_commit(conn, &instance, &done.1);
                             }
                         }
-                        Ok((outcome, ticket))
+                        Ok(outcome)
                     })
-                    .await;
-                match ran {
-                    Ok((outcome, ticket)) => (Ok(outcome), ticket),
-                    Err(e) => (Err(e), None),
-                }
+                    .await
             }
         };
-        self.wait_for_publication(ticket).await;
         let outcome = outcome.inspect_err(|e| self.storage.failed(e))?;
         if outcome.is_ok() {
             self.storage.wrote();
@@ -254,18 +250,15 @@ impl Db {
                 };
                 let mut wakes = Wakes::default();
                 let (writes, written) = f(conn, &mut wakes)?;
-                let mut ticket = None;
                 if writes > 0 {
                     commits.committed(writes);
-                    ticket = committed(&wakes);
+                    committed(&wakes);
                 }
-                Ok(Some((writes, written, ticket)))
+                Ok(Some((writes, written)))
             })
             .await
             .inspect_err(|e| self.storage.failed(e))?;
-        self.wait_for_publication(written.as_ref().and_then(|w| w.2))
-            .await;
-        Ok(written.map(|(writes, written, _)| {
+        Ok(written.map(|(writes, written)| {
             if writes > 0 {
                 self.storage.wrote();
             }
@@ -300,9 +293,9 @@ impl Db {
     }
 
     /// What a committed write's wake-ups do: queued for this instance's publisher, whose round
-    /// the write waits for (the ticket); or, where the write is already published (SQLite's
+    /// publishes the write and then wakes; or, where the write is already published (SQLite's
     /// batch), this process's waiters woken at once.
-    fn on_commit(&self) -> impl Fn(&Wakes) -> Option<Ticket> + Send + 'static {
+    fn on_commit(&self) -> impl Fn(&Wakes) + Send + 'static {
         let notifier = self.notifier.clone();
         let publisher = match &self.publish {
             Publish::ByPublisher(publisher) => Some(publisher.clone()),
@@ -310,21 +303,21 @@ impl Db {
         };
         move |wakes: &Wakes| {
             if let Some(publisher) = &publisher {
-                return Some(publisher.queue(wakes));
+                return publisher.queue(wakes);
             }
             if let Some(notifier) = &notifier {
                 for event in wakes.events() {
                     notifier.wake(event);
                 }
             }
-            None
         }
     }
 
-    /// Waits for the publisher's round that publishes a write, if it has one.
-    async fn wait_for_publication(&self, ticket: Option<Ticket>) {
-        if let (Publish::ByPublisher(publisher), Some(ticket)) = (&self.publish, ticket) {
-            publisher.published(ticket).await;
+    /// Waits (at most `limit`) until every write this instance committed so far is in the
+    /// feeds: at once on SQLite and for tools, whose writes are published by their commit.
+    pub async fn writes_published(&self, limit: std::time::Duration) {
+        if let Publish::ByPublisher(publisher) = &self.publish {
+            publisher.caught_up(limit).await;
         }
     }
 
@@ -349,7 +342,14 @@ impl Db {
     pub fn pool_state(&self) -> (u32, u32) {
         let w = self.writer.pool().state();
         if self.engine == Engine::Postgres {
-            return (w.connections - w.idle_connections, w.idle_connections);
+            let p = self.publishing.as_ref().map(|p| p.pool().state());
+            let (p_used, p_idle) = p.map_or((0, 0), |p| {
+                (p.connections - p.idle_connections, p.idle_connections)
+            });
+            return (
+                w.connections - w.idle_connections + p_used,
+                w.idle_connections + p_idle,
+            );
         }
         let r = self.reader.pool().state();
         (

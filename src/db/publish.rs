@@ -13,11 +13,11 @@
 //! positions follow commits trivially. On PostgreSQL a serving instance publishes after the
 //! commit, from one task ([`Publisher`]): every write's wake-ups queue there, and one round
 //! stamps whatever committed meanwhile and sends the queued wake-ups (`NOTIFY`, identical
-//! events folded) in one transaction, then wakes this process's waiters. So publication costs
+//! events folded) in one statement, then wakes this process's waiters. So publication costs
 //! one short transaction per round, not per write, and commits do not queue on the lock
 //! PostgreSQL takes, for the whole cluster, to commit a transaction that notified. A write
-//! answers once its round is published (see [`Publisher::published`]), so a client that saw
-//! its send succeed finds it in the feeds.
+//! answers after its commit without waiting for its round: the round follows within about a
+//! round trip and a disk flush, and a long-poll waiting for the change is woken by it.
 //!
 //! An instance that dies between a commit and its round leaves rows unpublished. Every round
 //! of every instance stamps all of them, and each publisher also looks for them every
@@ -25,7 +25,7 @@
 //! timeout and the client's next poll returns them. Nothing is skipped. Events dropped because
 //! too many are queued (the database is not keeping up) are delayed the same way, as the log
 //! says. A round that cannot be sent (the pool busy, the database away) is kept and tried
-//! again. The task queues for its connection at the pool's gate like any request.
+//! again. The task has a connection of its own, so it never queues behind requests.
 //!
 //! Tools without a serving instance (seeding, one-off commands) publish right after their
 //! commit on the same connection ([`publish_now`]).
@@ -50,9 +50,6 @@ const MAX_QUEUED: usize = 65_536;
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How often a publisher looks for rows left unpublished (an instance died after its commit).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
-/// How long a write waits for its round before answering anyway: it is committed, and will be
-/// published by a later round or sweep.
-const MAX_WAIT_FOR_ROUND: Duration = Duration::from_secs(5);
 
 #[derive(QueryableByName)]
 struct Pending {
@@ -87,31 +84,49 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
     Ok(true)
 }
 
-/// Publishes right after a commit on the same connection, in a transaction of its own:
-/// positions, then every wake-up of `wakes` to other instances. For tools, which run no
-/// publisher task.
+/// Publishes right after a commit on the same connection: positions, then every wake-up of
+/// `wakes` to other instances. For tools, which run no publisher task.
 pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> QueryResult<()> {
     let payloads: Vec<String> = wakes.events().iter().map(|e| e.encode(instance)).collect();
-    conn.transaction(|c| {
-        publish_pending(c)?;
-        notify_all(c, payloads)
-    })
+    publish_round(conn, payloads)
 }
 
-/// One statement for every payload: a `NOTIFY` each, in the caller's transaction.
-fn notify_all(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<()> {
-    if let (AnyConnection::Postgresql(c), false) = (conn, payloads.is_empty()) {
-        diesel::sql_query("SELECT pg_notify($1, payload) FROM unnest($2) AS payload")
-            .bind::<Text, _>(CHANNEL)
-            .bind::<Array<Text>, _>(payloads)
-            .execute(c)?;
+/// One round of publication, committed by itself. On PostgreSQL it is one statement (one
+/// round trip, and no commit at all when nothing is pending): the clock moves only when a
+/// feed row waits for a position, and the rows are stamped and the payloads sent (`NOTIFY`)
+/// in the same transaction. The statement's snapshot is taken before it waits for the
+/// clock's lock, so it may see rows that the publication it waited for has just stamped:
+/// PostgreSQL re-checks `pos IS NULL` on the newest version of a row another transaction
+/// updated (read committed), so they are skipped, not stamped twice. Rows that committed
+/// after the snapshot are left to the next round, with a larger position.
+fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<()> {
+    match conn {
+        AnyConnection::Postgresql(c) => {
+            diesel::sql_query(PUBLISH_ROUND)
+                .bind::<Text, _>(CHANNEL)
+                .bind::<Array<Text>, _>(payloads)
+                .execute(c)?;
+            Ok(())
+        }
+        AnyConnection::Sqlite(_) => conn.transaction(|c| publish_pending(c).map(drop)),
     }
-    Ok(())
 }
 
-/// Which round publishes a write: it answers once that round is done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
+/// PostgreSQL's round: see [`publish_round`].
+const PUBLISH_ROUND: &str = "\
+WITH clock AS ( \
+  UPDATE feed_clock SET published = published + 1 \
+  WHERE clock_id = 0 AND (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
+                       OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
+                       OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL)) \
+  RETURNING published), \
+messages AS (UPDATE group_msgs SET pos = (SELECT published FROM clock) \
+  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1), \
+receipts AS (UPDATE receipt_events SET pos = (SELECT published FROM clock) \
+  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1), \
+members AS (UPDATE member_events SET pos = (SELECT published FROM clock) \
+  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1) \
+SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload";
 
 /// One serving instance's publication: the queue of its committed writes' wake-ups, and the
 /// task that publishes them in rounds.
@@ -133,8 +148,10 @@ struct Queue {
     seen: HashSet<WakeEvent>,
     /// Dropped since the last round, for the log.
     dropped: u64,
-    /// The number of the round that will take what is queued now; the first is 1.
+    /// The number of the round that takes what is queued now (the first round is 1).
     next_round: u64,
+    /// The round that publishes the latest write queued: 0 before any.
+    needed: u64,
 }
 
 impl Queue {
@@ -187,33 +204,26 @@ impl Publisher {
     }
 
     /// Queues a committed write's wake-ups for the next round; returns at once (any thread,
-    /// no runtime needed) with the round's ticket.
-    pub fn queue(&self, wakes: &Wakes) -> Ticket {
-        let ticket = {
+    /// no runtime needed).
+    pub fn queue(&self, wakes: &Wakes) {
+        {
             let mut queue = self.lock();
             for event in wakes.events() {
                 queue.push(event.clone());
             }
-            Ticket(queue.next_round)
-        };
+            queue.needed = queue.next_round;
+        }
         self.queued.notify_one();
-        ticket
     }
 
-    /// Waits until the round of `ticket` is published, or [`MAX_WAIT_FOR_ROUND`] (the write
-    /// is committed either way; a later round publishes it).
-    pub async fn published(&self, ticket: Ticket) {
+    /// Waits until every write this instance committed so far is published, or at most
+    /// `limit`: a feed read that follows the caller's own write then sees it. Returns at once
+    /// when no round is outstanding.
+    pub async fn caught_up(&self, limit: Duration) {
+        let needed = self.lock().needed;
         let mut rounds = self.published.subscribe();
-        let done = rounds.wait_for(|round| *round >= ticket.0);
-        if tokio::time::timeout(MAX_WAIT_FOR_ROUND, done)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "a write answers before its feed positions are published (the database is \
-                 slow or away); it appears in the feeds once they are"
-            );
-        }
+        let done = rounds.wait_for(|round| *round >= needed);
+        let _ = tokio::time::timeout(limit, done).await;
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
@@ -267,22 +277,14 @@ impl Publisher {
                     .collect(),
                 false => Vec::new(),
             };
-            let sent = pool
-                .run(move |conn| {
-                    // A round with nothing queued is a sweep: it commits only if it stamped.
-                    conn.transaction(|c| {
-                        publish_pending(c)?;
-                        notify_all(c, payloads)
-                    })
-                })
-                .await;
+            let sent = pool.run(move |conn| publish_round(conn, payloads)).await;
             match sent {
                 Ok(()) => {
+                    self.published.send_replace(round.number);
                     if failing {
                         failing = false;
                         tracing::info!("writes are published again");
                     }
-                    self.published.send_replace(round.number);
                     for event in &round.events {
                         notifier.wake(event);
                     }
@@ -320,19 +322,16 @@ mod tests {
     fn what_queues_between_rounds_goes_once_in_commit_order() {
         let publisher = Publisher::new("i1".into(), true);
         let (sent, read) = (WakeEvent::MessageSent(7), WakeEvent::CursorMoved(7));
-        let first = publisher.queue(&wakes(&[sent.clone(), read.clone()]));
-        let second = publisher.queue(&wakes(&[sent.clone(), WakeEvent::ReadMoved("bob".into())]));
-        assert_eq!(first, second, "both wait for the same round");
+        publisher.queue(&wakes(&[sent.clone(), read.clone()]));
+        publisher.queue(&wakes(&[sent.clone(), WakeEvent::ReadMoved("bob".into())]));
         let round = publisher.take();
-        assert_eq!(Ticket(round.number), first);
         assert_eq!(
             round.events,
             [sent.clone(), read, WakeEvent::ReadMoved("bob".into())]
         );
         assert_eq!(round.dropped, 0);
 
-        let later = publisher.queue(&wakes(std::slice::from_ref(&sent)));
-        assert_eq!(later, Ticket(round.number + 1), "the next round takes it");
+        publisher.queue(&wakes(std::slice::from_ref(&sent)));
         assert_eq!(
             publisher.take().events,
             [sent],
@@ -356,7 +355,7 @@ mod tests {
     #[test]
     fn a_round_that_failed_goes_first_next_time_without_repeats() {
         let publisher = Publisher::new("i1".into(), true);
-        let ticket = publisher.queue(&wakes(&[
+        publisher.queue(&wakes(&[
             WakeEvent::MessageSent(1),
             WakeEvent::MessageSent(2),
         ]));
@@ -368,7 +367,6 @@ mod tests {
 
         publisher.requeue(failed.events);
         let retried = publisher.take();
-        assert!(Ticket(retried.number) != ticket && retried.number > ticket.0);
         assert_eq!(
             retried.events,
             (1..=3).map(WakeEvent::MessageSent).collect::<Vec<_>>()
