@@ -193,7 +193,7 @@ pub struct MessageRef {
     pub msg_id: i64,
 }
 
-/// Groups with changes for `user_id` committed after `from` and by `end`, ordered by id, after
+/// Groups with changes for `user_id` published after `from` and by `end`, ordered by id, after
 /// `after_group_id`: messages sent since they joined, and changes to their own membership
 /// state (read elsewhere, joined, left), except reads by the polling device itself, which
 /// already knows of them. Returns the watermark that ends the window with them.
@@ -251,7 +251,7 @@ fn changed_groups_query(
         .keep_prepared()
 }
 
-/// Messages sent by `sender_id` whose receipts changed after `from` and by `end` (someone
+/// Messages sent by `sender_id` whose receipts changed (published) after `from` and by `end` (someone
 /// else acked a range covering them), ordered by (group, msg), after `after`. Only messages the
 /// sender may still see: in groups they belong to, sent since they (last) joined. Returns the
 /// watermark that ends the window with them.

@@ -5,14 +5,13 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use hmac::{KeyInit, Mac};
 use serde_json::json;
 
 use crate::helpers::{spawn_app_on, TestApp};
-use crate::longpoll::{receipt_changes, synced_groups};
+use crate::longpoll::{poll_from_until, receipt_changes, synced_groups};
 use crate::support::engine::{self, Engine};
 use crate::support::scratch_db::ScratchDb;
 use crate::support::tokens::SECRET;
@@ -172,7 +171,7 @@ async fn a_dump_restored_into_another_database_keeps_every_feed_and_cursor() {
 async fn a_change_left_unpublished_by_a_dead_instance_reaches_the_feed_once() {
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;
-    let mut cursor = app.cursor("bob", "/v1/sync").await;
+    let cursor = app.cursor("bob", "/v1/sync").await;
     app.send_ok("alice", group, "committed, never published")
         .await;
     app.run_postgres_sql(&format!(
@@ -180,18 +179,9 @@ async fn a_change_left_unpublished_by_a_dead_instance_reaches_the_feed_once() {
     ))
     .await;
 
-    let mut reported = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reported.is_empty() {
-        assert!(Instant::now() < deadline, "never published");
-        let poll = app
-            .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
-            .await;
-        assert_eq!(poll.status, 200, "{:?}", poll.body);
-        reported = synced_groups(&poll.body);
-        cursor = poll.body["cursor"].as_str().expect("cursor").to_owned();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (reported, cursor) =
+        poll_from_until(&app, "bob", "/v1/sync", cursor, |seen| !seen.is_empty()).await;
+    let reported = synced_groups(&json!({ "groups": reported }));
     assert_eq!(reported, [(group, 1)]);
     let again = app
         .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))

@@ -264,15 +264,27 @@ async fn waiters_beyond_the_per_user_bound_get_429(app: TestApp) {
 const GROUPS: usize = 16;
 const ROUNDS: i64 = 8;
 
-/// Polls `path` as `user` until `done` says the collected state is complete or 60 s pass;
-/// returns everything each answer reported.
+/// Polls `path` as `user` from a fresh cursor until `done` says the collected state is
+/// complete or 60 s pass; returns everything each answer reported.
 async fn poll_until(
     app: &TestApp,
     user: &str,
     path: &str,
     done: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
-    let mut cursor = app.cursor(user, path).await;
+    let cursor = app.cursor(user, path).await;
+    poll_from_until(app, user, path, cursor, done).await.0
+}
+
+/// Polls `path` as `user` from `cursor` until `done` says the collected state is complete or
+/// 60 s pass; returns everything each answer reported, and the last answer's cursor.
+pub(crate) async fn poll_from_until(
+    app: &TestApp,
+    user: &str,
+    path: &str,
+    mut cursor: String,
+    done: impl Fn(&[Value]) -> bool,
+) -> (Vec<Value>, String) {
     let mut seen: Vec<Value> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done(&seen) && Instant::now() < deadline {
@@ -294,7 +306,7 @@ async fn poll_until(
         seen.extend(r.body[key].as_array().unwrap().iter().cloned());
         cursor = r.body["cursor"].as_str().unwrap().to_owned();
     }
-    seen
+    (seen, cursor)
 }
 
 fn latest_per_group(seen: &[Value]) -> BTreeMap<i64, i64> {
