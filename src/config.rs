@@ -158,7 +158,7 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=4096), global = true)]
     pub sqlite_write_batch: u64,
 
-    /// PostgreSQL: the most plain messages to one group that one transaction (one hold of
+    /// PostgreSQL: the most messages to one group that one transaction (one hold of
     /// the group's lock, one flush) may carry. Sends to a group that arrive while its last
     /// transaction commits wait for the next one and share it; a lone send never waits.
     /// 1 gives every send a transaction of its own.
@@ -167,9 +167,9 @@ pub struct Settings {
     pub postgres_send_batch: u64,
 
     /// PostgreSQL: the most acks (group entries, of any users' requests on this instance)
-    /// that one statement (one commit, one flush) may carry; a request holding more goes
-    /// alone. Acks that arrive while the last such statement runs wait for the next one and
-    /// share it; a lone ack never waits. 1 gives every request a statement of its own.
+    /// that one transaction (one commit, one flush) may carry; a request holding more goes
+    /// alone. Acks that arrive while the last such transaction runs wait for the next one and
+    /// share it; a lone ack never waits. 1 gives every request a transaction of its own.
     #[arg(long, env = "CHORUS_POSTGRES_ACK_BATCH", default_value_t = defaults::POSTGRES_ACK_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
     pub postgres_ack_batch: u64,
@@ -297,11 +297,11 @@ pub struct Settings {
     #[arg(skip = true)]
     pub announce_wakes: bool,
 
-    /// Whether PostgreSQL stores a plain message and applies an ack with one statement (see
-    /// `db::plain_send` and `db::ack_statement`). Not a flag: always on for a server. Benches
-    /// turn it off to measure the general path side by side.
+    /// Whether PostgreSQL stores sends to one group, and acks, that arrive together in one
+    /// transaction (see `db::shared_commits`). Not a flag: always on for a server. Benches
+    /// turn it off to measure each write alone side by side.
     #[arg(skip = true)]
-    pub one_statement_writes: bool,
+    pub shared_commits: bool,
 }
 
 impl Settings {
@@ -344,7 +344,7 @@ impl Settings {
             log: defaults::LOG.into(),
             log_backtraces: defaults::LOG_BACKTRACES,
             announce_wakes: true,
-            one_statement_writes: true,
+            shared_commits: true,
         }
     }
 
@@ -375,7 +375,7 @@ impl Settings {
                 .map(|mb| mb.saturating_mul(1024 * 1024)),
             sqlite_write_batch: self.sqlite_write_batch as usize,
             sqlite_cache_kib: self.sqlite_cache_kib,
-            one_statement_writes: self.one_statement_writes,
+            shared_commits: self.shared_commits,
         }
     }
 }

@@ -109,7 +109,7 @@ impl fmt::Display for UserId {
 /// A device id, chosen by the client once per installation (a random UUID serves well): 1–64
 /// characters from `A-Z a-z 0-9 . _ : -`. Device ids are global: the first user to use one
 /// owns it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceId(String);
 
 pub const MAX_DEVICE_ID_LEN: usize = 64;

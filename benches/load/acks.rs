@@ -1,5 +1,5 @@
 //! Acks: cursors moved one group per request, and twenty groups per `POST /v1/acks`; on
-//! PostgreSQL also the general path against one statement per ack, side by side.
+//! PostgreSQL also a transaction per ack against acks sharing transactions, side by side.
 
 use std::sync::Arc;
 
@@ -59,9 +59,8 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
     run_acks(server, conn, report, "").await;
 }
 
-/// PostgreSQL: every ack as a transaction of the general path, every ack as one statement
-/// of its own, and acks that arrive together sharing a statement (the default), alternating
-/// twice in one run, each on a fresh server.
+/// PostgreSQL: every ack as a transaction of its own, and acks that arrive together sharing a
+/// transaction (the default), alternating twice in one run, each on a fresh server.
 pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
     if setup.engine() != Engine::Postgres {
         return report
@@ -69,14 +68,13 @@ pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
             .push("Ack paths: PostgreSQL only (SQLite has one path).".into());
     }
     for round in 1..=ROUNDS {
-        for (name, one_statement, ack_batch) in [
+        for (name, shared_commits, ack_batch) in [
             ("a transaction per ack", false, 1),
-            ("one statement per ack", true, 1),
-            ("acks share a statement", true, POSTGRES_ACK_BATCH),
+            ("acks share a transaction", true, POSTGRES_ACK_BATCH),
         ] {
             eprintln!("ack paths: round {round}, {name}");
             let adjust = move |s: &mut chorus::config::Settings| {
-                s.one_statement_writes = one_statement;
+                s.shared_commits = shared_commits;
                 s.postgres_ack_batch = ack_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {

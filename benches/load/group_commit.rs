@@ -1,7 +1,7 @@
 //! Group commit: sends against the stack's own ceiling, in one run: on SQLite with one commit
 //! per write and with the writer lane grouping the writes that queue during a flush; on
-//! PostgreSQL with every send a transaction, with a plain send as one statement, and with the
-//! plain sends that queue for a group sharing one statement.
+//! PostgreSQL with every send a transaction of its own, and with the sends that queue for a
+//! group sharing one transaction.
 //!
 //! The ceiling is a trivial-insert endpoint on the same stack (actix-web with the server's
 //! HTTP settings, the same `Db` and its write path, the same engine and durability), served
@@ -42,19 +42,19 @@ const GROUP_MEMBERS: usize = 50;
 struct Variant {
     name: &'static str,
     sqlite_write_batch: u64,
-    one_statement_writes: bool,
+    shared_commits: bool,
     postgres_send_batch: u64,
 }
 
 /// SQLite: one commit per write, and group commit (the default). PostgreSQL: every send as a
-/// transaction of the general path, each plain send as one statement of its own, and plain
-/// sends to a group that arrive together sharing one statement (the default).
+/// transaction of its own, and sends to a group that arrive together sharing one transaction
+/// (the default).
 fn variants(setup: EngineSetup) -> Vec<Variant> {
     use chorus::config::defaults::{POSTGRES_SEND_BATCH, SQLITE_WRITE_BATCH};
-    let variant = |name, sqlite_write_batch, one_statement_writes, postgres_send_batch| Variant {
+    let variant = |name, sqlite_write_batch, shared_commits, postgres_send_batch| Variant {
         name,
         sqlite_write_batch,
-        one_statement_writes,
+        shared_commits,
         postgres_send_batch,
     };
     match setup.engine() {
@@ -69,9 +69,8 @@ fn variants(setup: EngineSetup) -> Vec<Variant> {
         ],
         Engine::Postgres => vec![
             variant("a transaction per send", SQLITE_WRITE_BATCH, false, 1),
-            variant("one statement per send", SQLITE_WRITE_BATCH, true, 1),
             variant(
-                "sends share a statement",
+                "sends share a transaction",
                 SQLITE_WRITE_BATCH,
                 true,
                 POSTGRES_SEND_BATCH,
@@ -87,7 +86,7 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
             eprintln!("group commit: round {round}, {name}");
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.sqlite_write_batch = variant.sqlite_write_batch;
-                s.one_statement_writes = variant.one_statement_writes;
+                s.shared_commits = variant.shared_commits;
                 s.postgres_send_batch = variant.postgres_send_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {

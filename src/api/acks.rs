@@ -8,8 +8,7 @@ use super::extract::AuthUser;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::access::Refusal;
-use crate::db::ack_statement::AcksOf;
-use crate::db::cursors::{self, AckRequest, CursorState};
+use crate::db::cursors::{AckRequest, AcksOf, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
 #[derive(Deserialize)]
@@ -96,58 +95,21 @@ async fn apply(
     requests: Vec<AckRequest>,
     batch: bool,
 ) -> Result<Vec<CursorState>, ApiError> {
-    let states = match acked_in_one_statement(state, user, &requests).await? {
-        Some(states) => states,
-        None => acked_by_the_general_path(state, user, requests, batch).await?,
-    };
-    let moved = states.iter().filter(|s| s.receipts_changed).count();
-    state.metrics.acks.inc_by(moved as u64);
-    Ok(states)
-}
-
-/// The acks applied by one statement (PostgreSQL): None when they were not, because the
-/// engine has no such path or only the general path can answer (a refusal, a group named
-/// twice). A statement that failed stored nothing, so the general path tries again, unless
-/// the database is out of reach or out of time, which it would be for that path too.
-async fn acked_in_one_statement(
-    state: &AppState,
-    user: &AuthUser,
-    requests: &[AckRequest],
-) -> Result<Option<Vec<CursorState>>, ApiError> {
     let request = AcksOf {
         user_id: user.id().to_owned(),
         device: user.device.clone(),
-        acks: requests.to_vec(),
+        acks: requests,
     };
-    match state.shared_acks.ack(request).await {
-        Ok(states) => Ok(states),
-        Err(e) if e.is_unreachable_or_timed_out() => Err(e.into()),
-        Err(e) => {
-            // A deadlock with another writer, say: rare, and logged so that a statement
-            // that fails every time (after a schema change, say) does not go unnoticed.
-            tracing::warn!(error = %e, "the ack statement failed; the general path answers");
-            Ok(None)
-        }
-    }
-}
-
-/// The acks in a transaction that decides every refusal.
-async fn acked_by_the_general_path(
-    state: &AppState,
-    user: &AuthUser,
-    requests: Vec<AckRequest>,
-    batch: bool,
-) -> Result<Vec<CursorState>, ApiError> {
-    let caller = user.clone();
-    let outcome = state
-        .db
-        .write_checked(move |conn, wakes| {
-            cursors::ack(conn, caller.id(), caller.device.as_ref(), &requests, wakes)
-        })
-        .await?;
-    outcome.map_err(|refusal| match refusal {
-        // One group's ack: its refusal needs no position.
-        Refusal::InBatch { refusal, .. } if !batch => ApiError::from(*refusal),
-        refusal => ApiError::from(refusal),
-    })
+    let states = state
+        .shared_acks
+        .ack(request)
+        .await?
+        .map_err(|refusal| match refusal {
+            // One group's ack: its refusal needs no position.
+            Refusal::InBatch { refusal, .. } if !batch => ApiError::from(*refusal),
+            refusal => ApiError::from(refusal),
+        })?;
+    let moved = states.iter().filter(|s| s.receipts_changed).count();
+    state.metrics.acks.inc_by(moved as u64);
+    Ok(states)
 }

@@ -11,17 +11,14 @@ use super::message_body::SendMessageBody;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
 use crate::db::access::Membership;
-use crate::db::access::Refusal;
 use crate::db::devices::device_ack;
-use crate::db::entry_refs::{load_refs, refs_of_new, EntryRefs};
-use crate::db::messages::{self, stored_mentions, Author, SendOutcome, UserEntry};
+use crate::db::entry_refs::{load_refs, EntryRefs};
+use crate::db::messages::{self, NewEntry, SendOutcome};
 use crate::db::models::{EntryKind, MemberRow, MessageRow};
-use crate::db::plain_send::PlainMessage;
 use crate::db::receipt_counts::{receipt_counts, ReceiptCounts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, parse_msg_id};
 use crate::domain::{DeviceId, GroupId, MsgId};
-use crate::refuse_unless;
 
 /// 201 with the new entry, or 200 with the original when `client_msg_id` was seen before.
 #[tracing::instrument(skip_all, fields(user = %user.user_id, group_id = path.0))]
@@ -33,96 +30,23 @@ pub async fn send_message(
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let (client_msg_id, entry) = body.parse()?;
-    let (created, view) =
-        match stored_in_one_statement(&state, &user, group_id, &client_msg_id, &entry).await? {
-            Some(view) => (true, view),
-            None => {
-                stored_by_the_general_path(&state, user, group_id, client_msg_id, entry).await?
-            }
-        };
-    if created {
-        state.metrics.messages_sent.inc();
-        Ok(HttpResponse::Created().json(view))
-    } else {
-        Ok(HttpResponse::Ok().json(view))
-    }
-}
-
-fn author_of(user: &AuthUser) -> Author<'_> {
-    Author {
-        user_id: user.id(),
-        device: user.device.as_ref(),
-    }
-}
-
-/// A plain message stored by one statement (PostgreSQL), perhaps with other sends to the
-/// group that arrived with it: None when it was not, because the engine has no such path or
-/// the entry is not plain, or because only the general path can answer (a refusal, a repeat
-/// of an earlier `client_msg_id`).
-async fn stored_in_one_statement(
-    state: &AppState,
-    user: &AuthUser,
-    group_id: i64,
-    client_msg_id: &str,
-    entry: &UserEntry,
-) -> Result<Option<MessageView>, ApiError> {
-    let Some(draft) = entry.plain_message() else {
-        return Ok(None);
-    };
-    let message = PlainMessage {
+    let entry = NewEntry {
         sender_id: user.id().to_owned(),
-        device_id: user.device.as_ref().map(|d| d.as_str().to_owned()),
-        client_msg_id: client_msg_id.to_owned(),
-        content: draft.content.clone(),
-        ext: draft.ext.clone(),
+        device: user.device.clone(),
+        client_msg_id,
+        entry,
     };
-    let stored = state.shared_sends.send(GroupId(group_id), message).await?;
-    Ok(stored.map(|row| MessageView::new(row, &EntryRefs::default(), 0)))
-}
-
-/// Any entry, in a transaction that decides refusals and repeats: whether it was created,
-/// and the entry as stored (the original for a repeat).
-async fn stored_by_the_general_path(
-    state: &AppState,
-    sender: AuthUser,
-    group_id: i64,
-    client_msg_id: String,
-    entry: UserEntry,
-) -> Result<(bool, MessageView), ApiError> {
-    let windows = state.change_windows;
-    let stored = state
-        .db
-        .write_checked(move |conn, wakes| {
-            let outcome = refuse_unless!(messages::send(
-                conn,
-                group_id,
-                author_of(&sender),
-                &client_msg_id,
-                &entry,
-                windows,
-                wakes,
-            )?);
-            // The author saw what their entry points at when they wrote it.
-            let (created, row, refs) = match outcome {
-                SendOutcome::Created(row) => {
-                    let mentioned = match &entry {
-                        UserEntry::Message(draft) => {
-                            stored_mentions(&row.sender_id, &draft.mentions)
-                        }
-                        UserEntry::Change { .. } => Vec::new(),
-                    };
-                    let refs = refs_of_new(conn, &row, mentioned)?;
-                    (true, row, refs)
-                }
-                SendOutcome::Existing(row) => {
-                    let refs = load_refs(conn, group_id, std::slice::from_ref(&row))?;
-                    (false, row, refs)
-                }
-            };
-            Ok(Ok::<_, Refusal>((created, MessageView::new(row, &refs, 0))))
-        })
+    let (outcome, refs) = state
+        .shared_sends
+        .send(GroupId(group_id), entry, state.change_windows)
         .await??;
-    Ok(stored)
+    match outcome {
+        SendOutcome::Created(row) => {
+            state.metrics.messages_sent.inc();
+            Ok(HttpResponse::Created().json(MessageView::new(row, &refs, 0)))
+        }
+        SendOutcome::Existing(row) => Ok(HttpResponse::Ok().json(MessageView::new(row, &refs, 0))),
+    }
 }
 
 #[derive(Deserialize)]

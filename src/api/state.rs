@@ -16,9 +16,9 @@ use crate::notify::Notifier;
 
 pub struct AppState {
     pub db: Db,
-    /// Plain sends to one group that arrive together share a transaction (PostgreSQL).
+    /// Sends to one group that arrive together share a transaction (PostgreSQL).
     pub shared_sends: SharedSends,
-    /// Acks that arrive together share a statement (PostgreSQL).
+    /// Acks that arrive together share a transaction (PostgreSQL).
     pub shared_acks: SharedAcks,
     pub keys: TokenKeys,
     /// Also registered on its own, so the metrics middleware needs nothing from `api`.

@@ -1,6 +1,8 @@
 //! Who may do what with a group: the one membership check every group route goes through, and
 //! the one type for every refusal (mapped to its HTTP answer once, in `api::error`).
 
+use std::collections::HashMap;
+
 use diesel::prelude::*;
 
 use super::models::{EntryKind, GroupRow, MemberRow};
@@ -115,37 +117,51 @@ impl Membership {
     }
 }
 
-/// [`member_of`] for several groups in one query, by group id.
-pub fn member_of_groups(
+/// The memberships of several (group, user) pairs, by pair: each one's membership, or why
+/// it is not one (no such group, not a member). The groups' rows are as read here.
+pub fn memberships(
     conn: &mut AnyConnection,
-    group_ids: &[i64],
-    user_id: &str,
-) -> QueryResult<std::collections::HashMap<i64, Result<Membership, Refusal>>> {
-    if let [group_id] = *group_ids {
-        // The common case of one group takes the query every engine keeps prepared (a list
-        // of ids is prepared anew each time on SQLite).
+    pairs: &[(i64, &str)],
+) -> QueryResult<HashMap<(i64, String), Result<Membership, Refusal>>> {
+    if let [(group_id, user_id)] = *pairs {
+        // The common case of one pair takes the query every engine keeps prepared.
         let checked = member_of(conn, group_id, user_id)?;
-        return Ok(std::collections::HashMap::from([(group_id, checked)]));
+        return Ok(HashMap::from([((group_id, user_id.to_owned()), checked)]));
     }
+    let mut group_ids: Vec<i64> = pairs.iter().map(|p| p.0).collect();
+    group_ids.sort_unstable();
+    group_ids.dedup();
+    let mut user_ids: Vec<&str> = pairs.iter().map(|p| p.1).collect();
+    user_ids.sort_unstable();
+    user_ids.dedup();
     let found: Vec<(GroupRow, Option<MemberRow>)> = groups::table
         .left_join(
             group_members::table.on(group_members::group_id
                 .eq(groups::group_id)
-                .and(group_members::user_id.eq(user_id))),
+                .and(group_members::user_id.eq_any(&user_ids))),
         )
-        .filter(groups::group_id.eq_any(group_ids))
+        .filter(groups::group_id.eq_any(&group_ids))
         .select((GroupRow::as_select(), Option::<MemberRow>::as_select()))
         .load(conn)?;
-    let mut by_group: std::collections::HashMap<i64, Result<Membership, Refusal>> = found
-        .into_iter()
-        .map(|(group, member)| (group.group_id, membership(group, member)))
-        .collect();
-    for &group_id in group_ids {
-        by_group
-            .entry(group_id)
-            .or_insert(Err(Refusal::NoGroup { group_id }));
+    let mut groups_found: HashMap<i64, GroupRow> = HashMap::new();
+    let mut members: HashMap<(i64, String), MemberRow> = HashMap::new();
+    for (group, member) in found {
+        if let Some(member) = member {
+            members.insert((member.group_id, member.user_id.clone()), member);
+        }
+        groups_found.insert(group.group_id, group);
     }
-    Ok(by_group)
+    Ok(pairs
+        .iter()
+        .map(|&(group_id, user_id)| {
+            let key = (group_id, user_id.to_owned());
+            let checked = match (groups_found.get(&group_id), members.remove(&key)) {
+                (None, _) => Err(Refusal::NoGroup { group_id }),
+                (Some(group), member) => membership(group.clone(), member),
+            };
+            (key, checked)
+        })
+        .collect())
 }
 
 /// The group and the user's membership, found in one query; a refusal when the group does not
@@ -165,6 +181,35 @@ pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Chec
         None => Err(Refusal::NoGroup { group_id }),
         Some((group, member)) => membership(group, member),
     })
+}
+
+/// The memberships of `user_ids` in one group, by user: a user who is not a member is
+/// missing. Every membership carries the group's row as read here.
+pub fn members_of_group(
+    conn: &mut AnyConnection,
+    group_id: crate::domain::GroupId,
+    user_ids: &[&str],
+) -> QueryResult<HashMap<String, Membership>> {
+    let found: Vec<(GroupRow, MemberRow)> = if let [user_id] = *user_ids {
+        // One member by key: a text every engine keeps prepared.
+        groups::table
+            .inner_join(group_members::table)
+            .filter(groups::group_id.eq(group_id.0))
+            .filter(group_members::user_id.eq(user_id))
+            .select((GroupRow::as_select(), MemberRow::as_select()))
+            .load(conn)?
+    } else {
+        groups::table
+            .inner_join(group_members::table)
+            .filter(groups::group_id.eq(group_id.0))
+            .filter(group_members::user_id.eq_any(user_ids))
+            .select((GroupRow::as_select(), MemberRow::as_select()))
+            .load(conn)?
+    };
+    Ok(found
+        .into_iter()
+        .map(|(group, member)| (member.user_id.clone(), Membership { group, member }))
+        .collect())
 }
 
 /// The membership a found group and member row make; a refusal when there is no member row.

@@ -212,9 +212,10 @@ pub struct DbSettings {
     /// SQLite: each connection's page cache in KiB.
     pub sqlite_cache_kib: u64,
     pub statement_timeout: Duration,
-    /// PostgreSQL: whether [`super::Db::write_one_statement`] runs (false: every write takes
-    /// the general path, for benches that compare the two).
-    pub one_statement_writes: bool,
+    /// PostgreSQL: whether clients' sends and acks that arrive together share transactions
+    /// (see [`super::Db::shares_commits`]; false: each takes its own, for benches that compare
+    /// the two).
+    pub shared_commits: bool,
 }
 
 impl DbSettings {

@@ -1,21 +1,21 @@
 //! Acks: moving members' cursors forward, one group or many in one transaction.
 
-use diesel::sql_types::{BigInt, Bool};
-use diesel::{QueryResult, QueryableByName};
+use diesel::QueryResult;
 
 use std::collections::{HashMap, HashSet};
 
-use super::access::{member_of_groups, Checked, Membership, Refusal};
+use super::access::{memberships, Checked, Membership, Refusal};
 use super::devices::{advance_devices, device_acks};
-use super::member_events::{record_user_events, Cause, MemberEventKind};
-use super::members::{advance_members, lock_memberships, Advance, MemberCursorsAfter};
+use super::member_events::record_reads;
+use super::members::{
+    advance_members, lock_free_memberships, lock_memberships, Advance, Busy, MemberCursorsAfter,
+};
 use super::models::MemberRow;
-use super::push_due::{lock_badges, note_reads_on_device};
+use super::push_due::{lock_badges, note_reads_on_devices};
 use super::receipts::record_changes;
-use super::unread::{above_read_in_groups, AboveRead, UnreadInputs};
+use super::unread::{above_read, UnreadInputs};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
-use crate::refuse_unless;
 use crate::wake::{WakeEvent, Wakes};
 
 #[derive(Debug, Clone, Copy)]
@@ -35,40 +35,151 @@ impl AckRequest {
     }
 }
 
-/// A member's position after an ack, as the acking device sees it. Also a row of
-/// PostgreSQL's one-statement ack (`super::ack_statement`), whose columns are these fields.
-#[derive(Debug, Clone, Copy, QueryableByName)]
+/// A member's position after an ack, as the acking device sees it.
+#[derive(Debug, Clone, Copy)]
 pub struct CursorState {
-    #[diesel(sql_type = BigInt)]
     pub group_id: i64,
     /// The acking device's delivered cursor.
-    #[diesel(sql_type = BigInt)]
     pub last_ack_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
     pub last_read_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
     pub last_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
     pub own_msgs_after_read: i64,
-    #[diesel(sql_type = BigInt)]
     pub not_counted_above_read: i64,
-    #[diesel(sql_type = BigInt)]
     pub unread_mention_count: i64,
     /// Whether the ack changed what receipts count (the read or delivered-anywhere cursor).
-    #[diesel(sql_type = Bool)]
     pub receipts_changed: bool,
     /// Whether the read cursor moved (the user's other devices hear of it).
-    #[diesel(sql_type = Bool)]
     pub read_moved: bool,
 }
 
-/// Applies every ack or none (run it through `Db::write_checked`): a refused entry refuses the
-/// batch ([`Refusal::InBatch`] says which) and the write rolls back. An ack writes a few rows
-/// however many messages it covers, and an ack that would not move a cursor writes nothing.
-/// Set-based: however many groups, a batch takes the same few statements as one group (the
-/// memberships, the device's cursors, the moves, their effects, the counts). A group named
-/// more than once is acked once per round, in request order, as if the acks came one after
-/// another: the answer to each says where that ack left the cursors.
+/// One request's acks: whose, from which device (None: the default device), and the acks.
+#[derive(Debug, Clone)]
+pub struct AcksOf {
+    pub user_id: String,
+    pub device: Option<DeviceId>,
+    pub acks: Vec<AckRequest>,
+}
+
+/// What acking one request answers: a cursor state per ack, in its order, or why the request
+/// was refused ([`Refusal::InBatch`] says which ack).
+pub type Acked = Result<Vec<CursorState>, Refusal>;
+
+/// One ack of one request, as the rounds see it.
+#[derive(Debug, Clone, Copy)]
+struct Entry<'a> {
+    /// The request's place in the caller's list, and the ack's in the request.
+    request: usize,
+    index: usize,
+    user_id: &'a str,
+    device: Option<&'a DeviceId>,
+    ack: AckRequest,
+}
+
+impl Entry<'_> {
+    fn membership(&self) -> (i64, &str) {
+        (self.ack.group_id, self.user_id)
+    }
+
+    fn refused(&self, refusal: Refusal) -> Refusal {
+        Refusal::InBatch {
+            index: self.index,
+            refusal: Box::new(refusal),
+        }
+    }
+}
+
+/// Applies requests of acks (of one user or many), each all or nothing, inside the caller's
+/// transaction: per request in order, its cursor states or its refusal. Every refusal is
+/// decided before anything is written, so a refused request leaves nothing written and the
+/// others stand. An ack writes a few rows however many messages it covers, and one that would
+/// not move a cursor writes nothing. Set-based: however many requests and groups, a round
+/// takes the same few statements (the locks, the memberships, the devices' cursors, the
+/// moves, their effects, the counts). A request that names a group more than once acks it
+/// once per round, in request order, as if the acks came one after another: the answer to
+/// each says where that ack left the cursors.
+pub fn ack_requests(
+    conn: &mut AnyConnection,
+    requests: &[AcksOf],
+    wakes: &mut Wakes,
+) -> QueryResult<Vec<Acked>> {
+    let acked = apply_requests(conn, requests, Busy::Wait, wakes)?;
+    // Waiting for every row, no request is left out.
+    acked
+        .into_iter()
+        .map(|a| a.ok_or(diesel::result::Error::NotFound))
+        .collect()
+}
+
+/// [`ack_requests`] for requests that share a transaction only to share its commit: a request
+/// naming a membership whose row another transaction holds (a send of that member's, a
+/// removal) is left out (None) rather than hold up the others while it waits.
+pub fn ack_requests_beside_busy(
+    conn: &mut AnyConnection,
+    requests: &[AcksOf],
+    wakes: &mut Wakes,
+) -> QueryResult<Vec<Option<Acked>>> {
+    apply_requests(conn, requests, Busy::Skip, wakes)
+}
+
+/// Why a request is left out of the rounds.
+enum Left {
+    Refused(Refusal),
+    /// A membership row it names is held by another transaction.
+    Busy,
+}
+
+fn apply_requests(
+    conn: &mut AnyConnection,
+    requests: &[AcksOf],
+    busy: Busy,
+    wakes: &mut Wakes,
+) -> QueryResult<Vec<Option<Acked>>> {
+    let entries: Vec<Entry<'_>> = requests
+        .iter()
+        .enumerate()
+        .flat_map(|(request, r)| {
+            r.acks.iter().enumerate().map(move |(index, ack)| Entry {
+                request,
+                index,
+                user_id: &r.user_id,
+                device: r.device.as_ref(),
+                ack: *ack,
+            })
+        })
+        .collect();
+    let mut left: Vec<Option<Left>> = requests.iter().map(|_| None).collect();
+    let mut states: Vec<Vec<Option<CursorState>>> =
+        requests.iter().map(|r| vec![None; r.acks.len()]).collect();
+    for (round, indexes) in rounds(&entries).into_iter().enumerate() {
+        let live: Vec<Entry<'_>> = indexes
+            .into_iter()
+            .map(|i| entries[i])
+            .filter(|e| left[e.request].is_none())
+            .collect();
+        // The first round names every membership of every request: its locks and reads
+        // decide which requests go on. Later rounds find the same memberships, locked by
+        // this transaction, and no lower last ids.
+        let first = (round == 0).then_some(FirstRound {
+            entries: &entries,
+            left: &mut left,
+            busy,
+        });
+        for (entry, state) in ack_round(conn, &live, first, wakes)? {
+            states[entry.request][entry.index] = Some(state);
+        }
+    }
+    Ok(left
+        .into_iter()
+        .zip(states)
+        .map(|(left, states)| match left {
+            Some(Left::Busy) => None,
+            Some(Left::Refused(refusal)) => Some(Err(refusal)),
+            None => Some(Ok(states.into_iter().flatten().collect())),
+        })
+        .collect())
+}
+
+/// Applies one user's acks or none (see [`ack_requests`]).
 pub fn ack(
     conn: &mut AnyConnection,
     user_id: &str,
@@ -76,23 +187,22 @@ pub fn ack(
     acks: &[AckRequest],
     wakes: &mut Wakes,
 ) -> Checked<Vec<CursorState>> {
-    let mut states: Vec<Option<CursorState>> = vec![None; acks.len()];
-    for round in rounds(acks) {
-        for (index, state) in refuse_unless!(ack_round(conn, user_id, device, acks, &round, wakes)?)
-        {
-            states[index] = Some(state);
-        }
-    }
-    Ok(Ok(states.into_iter().flatten().collect()))
+    let request = AcksOf {
+        user_id: user_id.to_owned(),
+        device: device.cloned(),
+        acks: acks.to_vec(),
+    };
+    let mut acked = ack_requests(conn, std::slice::from_ref(&request), wakes)?;
+    Ok(acked.pop().unwrap_or(Ok(Vec::new())))
 }
 
-/// The acks' indexes in rounds that name each group at most once: the first ack of every
-/// group, then the second, and so on.
-fn rounds(acks: &[AckRequest]) -> Vec<Vec<usize>> {
-    let mut seen: HashMap<i64, usize> = HashMap::new();
+/// The entries' indexes in rounds that name each membership at most once: the first ack of
+/// every membership, then the second, and so on.
+fn rounds(entries: &[Entry<'_>]) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<(i64, &str), usize> = HashMap::new();
     let mut rounds: Vec<Vec<usize>> = Vec::new();
-    for (index, ack) in acks.iter().enumerate() {
-        let round = seen.entry(ack.group_id).or_insert(0);
+    for (index, entry) in entries.iter().enumerate() {
+        let round = seen.entry(entry.membership()).or_insert(0);
         if rounds.len() <= *round {
             rounds.push(Vec::new());
         }
@@ -102,119 +212,184 @@ fn rounds(acks: &[AckRequest]) -> Vec<Vec<usize>> {
     rounds
 }
 
-/// One round of [`ack`]: the acks at `indexes`, each of another group. Returns each ack's index
-/// with its state.
-fn ack_round(
+/// What the first round decides: which of every request's entries go on, and why the others
+/// are left out.
+struct FirstRound<'e, 'a> {
+    entries: &'e [Entry<'a>],
+    left: &'e mut Vec<Option<Left>>,
+    busy: Busy,
+}
+
+/// One round of [`ack_requests`]: `live` names each membership once. In the `first` round,
+/// its locks and reads first decide which requests are left out (refused, or busy), and their
+/// entries are dropped. Returns each applied entry with its state.
+fn ack_round<'a>(
     conn: &mut AnyConnection,
-    user_id: &str,
-    device: Option<&DeviceId>,
-    acks: &[AckRequest],
-    indexes: &[usize],
+    live: &[Entry<'a>],
+    first: Option<FirstRound<'_, 'a>>,
     wakes: &mut Wakes,
-) -> Checked<Vec<(usize, CursorState)>> {
-    // Planned and written in group order whatever the request's order, as every other write
-    // that touches several groups does, so two batches cannot deadlock each other.
-    let mut order: Vec<usize> = indexes.to_vec();
-    order.sort_by_key(|&i| acks[i].group_id);
-    let group_ids: Vec<i64> = order.iter().map(|&i| acks[i].group_id).collect();
-    // Every membership row of the round is locked before anything else, even where only the
-    // device's cursor moves: the ack statement holds member rows while it writes their
-    // device cursor and badge rows, so a device cursor taken before its member row could
-    // wait in a cycle with it. Read after the lock, the rows are as they are now.
-    lock_memberships(conn, user_id, &group_ids)?;
-    let mut memberships = member_of_groups(conn, &group_ids, user_id)?;
-    let device_acks: HashMap<i64, i64> = match device {
-        Some(d) => device_acks(conn, &group_ids, user_id, d)?
-            .into_iter()
-            .collect(),
-        None => HashMap::new(),
+) -> QueryResult<Vec<(Entry<'a>, CursorState)>> {
+    // Planned and written in (group, user) order whatever the requests' order, as every
+    // other write that touches several memberships does, so two batches cannot deadlock.
+    let mut order: Vec<Entry<'a>> = live.to_vec();
+    order.sort_by(|a, b| a.membership().cmp(&b.membership()));
+    let pairs: Vec<(i64, &str)> = order.iter().map(Entry::membership).collect();
+    // Every membership row of the round is locked before anything else, even where only a
+    // device's cursor moves: the write holds member rows while it writes their device
+    // cursor and badge rows, so a device cursor taken before its member row could wait in a
+    // cycle with it. Read after the lock, the rows are as they are now.
+    let skipping = first.as_ref().is_some_and(|f| f.busy == Busy::Skip);
+    let locked = if skipping {
+        lock_free_memberships(conn, &pairs)?
+    } else {
+        lock_memberships(conn, &pairs)?;
+        None
     };
-    let mut plans = Vec::with_capacity(acks.len());
-    for index in order {
-        let request = &acks[index];
-        let membership = memberships
-            .remove(&request.group_id)
-            .unwrap_or(Err(Refusal::NoGroup {
-                group_id: request.group_id,
-            }));
-        let planned =
-            membership.and_then(|m| AckPlan::new(index, request, m, device, &device_acks));
-        plans.push(refuse_unless!(planned.map_err(|refusal| {
-            Refusal::InBatch {
-                index,
-                refusal: Box::new(refusal),
-            }
-        })));
+    let mut found = memberships(conn, &pairs)?;
+    if let Some(FirstRound { entries, left, .. }) = first {
+        if let Some(locked) = locked {
+            leave_busy(entries, &found, &locked, left);
+        }
+        decide_refusals(entries, &found, left);
+        order.retain(|e| left[e.request].is_none());
     }
-    let moved: HashMap<i64, MemberCursorsAfter> =
-        advance_members(conn, user_id, &member_moves(&plans))?
-            .into_iter()
-            .collect();
+    let triples: Vec<(i64, &str, &DeviceId)> = order
+        .iter()
+        .filter_map(|e| e.device.map(|d| (e.ack.group_id, e.user_id, d)))
+        .collect();
+    let device_acks = device_acks(conn, &triples)?;
+    let mut plans = Vec::with_capacity(order.len());
+    for entry in order {
+        let key = (entry.ack.group_id, entry.user_id.to_owned());
+        let Some(Ok(membership)) = found.remove(&key) else {
+            // Refused above, with every request it belongs to.
+            continue;
+        };
+        let device_ack = entry.device.and_then(|d| {
+            let triple = (key.0, key.1.clone(), d.as_str().to_owned());
+            device_acks.get(&triple).copied()
+        });
+        // Decided above: the ack's target is within the group's last message.
+        if let Ok(plan) = AckPlan::new(entry, membership, device_ack) {
+            plans.push(plan);
+        }
+    }
+    let moves: Vec<((i64, &str), Advance)> = plans
+        .iter()
+        .filter_map(|p| p.advance.map(|a| (p.entry.membership(), a)))
+        .collect();
+    let moved: HashMap<(i64, String), MemberCursorsAfter> =
+        advance_members(conn, &moves)?.into_iter().collect();
     for plan in &mut plans {
         if plan.advance.is_none() {
             continue;
         }
-        let Some(after) = moved.get(&plan.state.group_id) else {
-            // The membership row vanished between the read and the write: removed meanwhile.
-            let refusal = Refusal::NotMember {
-                group_id: plan.state.group_id,
-            };
-            return Ok(Err(Refusal::InBatch {
-                index: plan.index,
-                refusal: Box::new(refusal),
-            }));
-        };
-        plan.apply(after, device.is_none());
+        let key = (plan.state.group_id, plan.entry.user_id.to_owned());
+        // Locked above: a membership row cannot vanish between the read and the write.
+        let after = moved.get(&key).ok_or(diesel::result::Error::NotFound)?;
+        plan.apply(after);
     }
-    // After the membership rows: a device's cursor row needs its membership row, which a
-    // concurrent removal may have taken (refused above).
-    if let Some(d) = device {
-        let device_moves: Vec<(GroupId, MsgId)> = plans
-            .iter()
-            .filter_map(|p| p.device_to.map(|to| (GroupId(p.state.group_id), MsgId(to))))
-            .collect();
-        for (group_id, acked) in advance_devices(conn, user_id, d, &device_moves)? {
-            if let Some(plan) = plans.iter_mut().find(|p| p.state.group_id == group_id) {
-                plan.state.last_ack_msg_id = acked;
+    // After the membership rows: a device's cursor row needs its membership row.
+    let device_moves: Vec<(i64, &str, &DeviceId, MsgId)> = plans
+        .iter()
+        .filter_map(|p| {
+            let device = p.entry.device?;
+            let to = p.device_to?;
+            Some((p.state.group_id, p.entry.user_id, device, MsgId(to)))
+        })
+        .collect();
+    let acked = advance_devices(conn, &device_moves)?;
+    for plan in &mut plans {
+        if let Some(device) = plan.entry.device {
+            let triple = (
+                plan.state.group_id,
+                plan.entry.user_id.to_owned(),
+                device.as_str().to_owned(),
+            );
+            if let Some(&to) = acked.get(&triple) {
+                plan.state.last_ack_msg_id = to;
             }
         }
     }
-    // The device's badge rows of every group of the round, before counting: the first
-    // round names every group of the request, so the rows are taken in group order once.
-    let lowerable_badges: HashSet<i64> = match device {
-        Some(d) => lock_badges(conn, d.as_str(), &group_ids)?
-            .into_iter()
-            .collect(),
-        None => HashSet::new(),
-    };
-    record_effects(conn, user_id, &plans, device, wakes)?;
-    let above: HashMap<i64, AboveRead> = above_read_in_groups(conn, &group_ids, user_id)?
-        .into_iter()
+    // The devices' badge rows of the round, before counting.
+    let badges: Vec<(i64, &str)> = plans
+        .iter()
+        .filter_map(|p| p.entry.device.map(|d| (p.state.group_id, d.as_str())))
         .collect();
+    let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
+    record_effects(conn, &plans, wakes)?;
+    let counted: Vec<(i64, &str)> = plans.iter().map(|p| p.entry.membership()).collect();
+    let above = above_read(conn, &counted)?;
     for plan in &mut plans {
-        if let Some(counts) = above.get(&plan.state.group_id) {
+        let key = (plan.state.group_id, plan.entry.user_id.to_owned());
+        if let Some(counts) = above.get(&key) {
             plan.state.last_msg_id = counts.last_msg_id;
             plan.state.own_msgs_after_read = counts.own_msgs_after_read;
             plan.state.not_counted_above_read = counts.not_counted;
             plan.state.unread_mention_count = counts.mentions;
         }
     }
-    if let Some(d) = device {
-        let reads: Vec<(GroupId, i64)> = plans
-            .iter()
-            .filter(|p| p.state.read_moved && lowerable_badges.contains(&p.state.group_id))
-            .map(|p| (GroupId(p.state.group_id), p.state.unread().unread_count()))
-            .collect();
-        note_reads_on_device(conn, d.as_str(), &reads)?;
-    }
-    Ok(Ok(plans.into_iter().map(|p| (p.index, p.state)).collect()))
+    let reads: Vec<(i64, &str, i64)> = plans
+        .iter()
+        .filter(|p| p.state.read_moved)
+        .filter_map(|p| {
+            let device = p.entry.device?.as_str();
+            let badge = (p.state.group_id, device.to_owned());
+            lowerable
+                .contains(&badge)
+                .then(|| (p.state.group_id, device, p.state.unread().unread_count()))
+        })
+        .collect();
+    note_reads_on_devices(conn, &reads)?;
+    Ok(plans.into_iter().map(|p| (p.entry, p.state)).collect())
 }
 
-/// What one ack of a batch will do, decided from the rows read before any write. PostgreSQL's
-/// one-statement ack (`super::ack_statement`) decides the same in SQL: change both.
-struct AckPlan {
-    /// The ack's place in the request.
-    index: usize,
+/// Leaves out each request naming a membership that exists but was not `locked`: another
+/// transaction holds its row.
+fn leave_busy(
+    entries: &[Entry<'_>],
+    found: &HashMap<(i64, String), Result<Membership, Refusal>>,
+    locked: &[(i64, String)],
+    left: &mut [Option<Left>],
+) {
+    let locked: HashSet<(i64, &str)> = locked.iter().map(|(g, u)| (*g, u.as_str())).collect();
+    for entry in entries {
+        let key = (entry.ack.group_id, entry.user_id.to_owned());
+        let exists = matches!(found.get(&key), Some(Ok(_)));
+        if exists && !locked.contains(&entry.membership()) {
+            left[entry.request] = Some(Left::Busy);
+        }
+    }
+}
+
+/// Each request's refusal, from the first round's memberships: its first ack (in request
+/// order) whose group is missing, whose caller is not a member, or that goes beyond the
+/// group's last message.
+fn decide_refusals(
+    entries: &[Entry<'_>],
+    found: &HashMap<(i64, String), Result<Membership, Refusal>>,
+    left: &mut [Option<Left>],
+) {
+    for entry in entries {
+        if left[entry.request].is_some() {
+            continue;
+        }
+        let key = (entry.ack.group_id, entry.user_id.to_owned());
+        let refusal = match found.get(&key) {
+            // Every membership of every request is in the first round.
+            None => Some(Refusal::NoGroup {
+                group_id: entry.ack.group_id,
+            }),
+            Some(Err(refusal)) => Some(refusal.clone()),
+            Some(Ok(membership)) => targets(&entry.ack, membership).err(),
+        };
+        left[entry.request] = refusal.map(|r| Left::Refused(entry.refused(r)));
+    }
+}
+
+/// What one ack will do, decided from the rows read before any write.
+struct AckPlan<'a> {
+    entry: Entry<'a>,
     member: MemberRow,
     state: CursorState,
     /// The membership row's move; None when the ack leaves it as it is.
@@ -225,26 +400,22 @@ struct AckPlan {
     delivered_after: i64,
 }
 
-impl AckPlan {
+impl<'a> AckPlan<'a> {
+    /// `device_ack`: the named device's delivered cursor, if it ever acked in the group.
     fn new(
-        index: usize,
-        request: &AckRequest,
+        entry: Entry<'a>,
         membership: Membership,
-        device: Option<&DeviceId>,
-        device_acks: &HashMap<i64, i64>,
-    ) -> Result<AckPlan, Refusal> {
-        let (ack_to, read_to) = targets(request, &membership)?;
+        device_ack: Option<i64>,
+    ) -> Result<AckPlan<'a>, Refusal> {
+        let (ack_to, read_to) = targets(&entry.ack, &membership)?;
         let Membership { group, member } = membership;
-        let device_ack_before = match device {
+        let device_ack_before = match entry.device {
             None => member.last_ack_msg_id,
-            Some(_) => device_acks
-                .get(&group.group_id)
-                .copied()
-                .unwrap_or(member.joined_after_msg_id),
+            Some(_) => device_ack.unwrap_or(member.joined_after_msg_id),
         };
         let state = CursorState::before(&member, group.last_msg_id, device_ack_before);
         let mut plan = AckPlan {
-            index,
+            entry,
             delivered_after: member.delivered_msg_id,
             member,
             state,
@@ -256,23 +427,24 @@ impl AckPlan {
         }
         // A device catching up on what another device already had leaves the membership row
         // (receipts, the read position) as it is.
+        let default_device = entry.device.is_none();
         let member = &plan.member;
         let member_moves = read_to > member.last_read_msg_id
             || ack_to > member.delivered_msg_id
-            || (device.is_none() && ack_to > member.last_ack_msg_id);
+            || (default_device && ack_to > member.last_ack_msg_id);
         plan.advance = member_moves.then_some(Advance {
-            default_ack_to: if device.is_none() { ack_to } else { 0 },
+            default_ack_to: if default_device { ack_to } else { 0 },
             read_to,
             delivered_to: ack_to,
         });
-        plan.device_to = device.map(|_| ack_to);
+        plan.device_to = entry.device.map(|_| ack_to);
         Ok(plan)
     }
 
     /// The membership row as the move left it.
-    fn apply(&mut self, after: &MemberCursorsAfter, default_device: bool) {
+    fn apply(&mut self, after: &MemberCursorsAfter) {
         let state = &mut self.state;
-        if default_device {
+        if self.entry.device.is_none() {
             state.last_ack_msg_id = after.last_ack_msg_id;
         }
         state.last_read_msg_id = after.last_read_msg_id;
@@ -297,13 +469,6 @@ fn targets(request: &AckRequest, membership: &Membership) -> Result<(i64, i64), 
         });
     }
     Ok((ack_to, read_to))
-}
-
-fn member_moves(plans: &[AckPlan]) -> Vec<(i64, Advance)> {
-    plans
-        .iter()
-        .filter_map(|p| p.advance.map(|a| (p.state.group_id, a)))
-        .collect()
 }
 
 impl CursorState {
@@ -333,38 +498,38 @@ impl CursorState {
 }
 
 /// What the cursor moves cause beyond the rows: a receipt change for the senders whose
-/// messages' counts may have changed, and a member event for the user's other devices. One
-/// statement each for the whole batch.
+/// messages' counts may have changed, and a member event for each user's other devices. One
+/// statement each for the whole round.
 fn record_effects(
     conn: &mut AnyConnection,
-    user_id: &str,
-    plans: &[AckPlan],
-    device: Option<&DeviceId>,
+    plans: &[AckPlan<'_>],
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
     // Receipts of messages after the old read cursor, up to the new delivered one, may have
     // changed: one row for the whole range, however many messages it covers.
-    let changes: Vec<(GroupId, MsgId, MsgId)> = plans
+    let changes: Vec<(&str, GroupId, MsgId, MsgId)> = plans
         .iter()
         .filter(|p| p.state.receipts_changed)
         .map(|p| {
             let group_id = GroupId(p.state.group_id);
             let from = MsgId(p.member.last_read_msg_id);
-            (group_id, from, MsgId(p.delivered_after))
+            (p.entry.user_id, group_id, from, MsgId(p.delivered_after))
         })
         .collect();
-    record_changes(conn, user_id, &changes)?;
-    for (group_id, _, _) in &changes {
+    record_changes(conn, &changes)?;
+    for (_, group_id, _, _) in &changes {
         wakes.record(WakeEvent::CursorMoved(group_id.0));
     }
-    let reads: Vec<i64> = plans
+    let reads: Vec<(i64, &str, Option<&DeviceId>)> = plans
         .iter()
         .filter(|p| p.state.read_moved)
-        .map(|p| p.state.group_id)
+        .map(|p| (p.state.group_id, p.entry.user_id, p.entry.device))
         .collect();
-    if !reads.is_empty() {
-        let cause = Cause::Device(device);
-        record_user_events(conn, user_id, &reads, MemberEventKind::Read, cause)?;
+    record_reads(conn, &reads)?;
+    let mut readers: Vec<&str> = reads.iter().map(|r| r.1).collect();
+    readers.sort_unstable();
+    readers.dedup();
+    for user_id in readers {
         wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
     Ok(())

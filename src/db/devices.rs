@@ -6,13 +6,16 @@
 //! the group (it starts where the member joined). The read cursor is the user's, on every
 //! device.
 
+use std::collections::HashMap;
+
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
+use super::members::Follow;
 use super::models::now_utc;
 use super::push_targets::delete_push_target;
-use super::raw_sql::RawSql;
+use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
@@ -212,31 +215,52 @@ pub fn device_ack(
         .optional()
 }
 
-/// A named device's delivered cursors in several groups, by group; a group where the device
-/// never acked is missing.
+/// Named devices' delivered cursors, each (group, user, device), by triple; a triple whose
+/// device never acked in the group is missing.
 pub fn device_acks(
     conn: &mut AnyConnection,
-    group_ids: &[i64],
-    user_id: &str,
-    device: &DeviceId,
-) -> QueryResult<Vec<(i64, i64)>> {
-    if let [group_id] = *group_ids {
-        // One group by key: a fixed text both engines keep prepared.
+    triples: &[(i64, &str, &DeviceId)],
+) -> QueryResult<HashMap<(i64, String, String), i64>> {
+    if let [(group_id, user_id, device)] = *triples {
+        // One by key: a fixed text both engines keep prepared.
         let acked = device_ack(conn, GroupId(group_id), user_id, device)?;
-        return Ok(acked.map(|a| (group_id, a)).into_iter().collect());
+        let key = (group_id, user_id.to_owned(), device.as_str().to_owned());
+        return Ok(acked.map(|a| (key, a)).into_iter().collect());
     }
-    device_cursors::table
-        .filter(device_cursors::user_id.eq(user_id))
-        .filter(device_cursors::device_id.eq(device.as_str()))
-        .filter(device_cursors::group_id.eq_any(group_ids))
-        .select((device_cursors::group_id, device_cursors::last_ack_msg_id))
-        .load(conn)
+    let group_ids: Vec<i64> = triples.iter().map(|t| t.0).collect();
+    let user_ids: Vec<&str> = triples.iter().map(|t| t.1).collect();
+    let device_ids: Vec<&str> = triples.iter().map(|t| t.2.as_str()).collect();
+    let found: Vec<(i64, String, String, i64)> = device_cursors::table
+        .filter(device_cursors::group_id.eq_any(&group_ids))
+        .filter(device_cursors::user_id.eq_any(&user_ids))
+        .filter(device_cursors::device_id.eq_any(&device_ids))
+        .select((
+            device_cursors::group_id,
+            device_cursors::user_id,
+            device_cursors::device_id,
+            device_cursors::last_ack_msg_id,
+        ))
+        .load(conn)?;
+    // The lists match every group with every user and device: only exact triples count.
+    Ok(found
+        .into_iter()
+        .filter(|(g, u, d, _)| {
+            triples
+                .iter()
+                .any(|t| t.0 == *g && t.1 == u && t.2.as_str() == d)
+        })
+        .map(|(g, u, d, acked)| ((g, u, d), acked))
+        .collect())
 }
 
 #[derive(QueryableByName)]
 struct AckedTo {
     #[diesel(sql_type = BigInt)]
     group_id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    user_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    device_id: String,
     #[diesel(sql_type = BigInt)]
     last_ack_msg_id: i64,
 }
@@ -248,24 +272,23 @@ pub(super) const DEVICE_CURSOR_FORWARD: &str = " ON CONFLICT (group_id, user_id,
        CASE WHEN device_cursors.last_ack_msg_id < excluded.last_ack_msg_id \
             THEN excluded.last_ack_msg_id ELSE device_cursors.last_ack_msg_id END";
 
-/// Moves a named device's delivered cursor in each group to at least the given id, creating
-/// its row on the first ack; never backwards. One statement; rows are written (and on
-/// PostgreSQL locked) in the order of `moves`. Returns each group's cursor after the move.
+/// Moves named devices' delivered cursors, each (group, user, device) to at least the given
+/// id, creating the row on a device's first ack in the group; never backwards. One
+/// statement; rows are written (and on PostgreSQL locked) in the order of `moves`. Returns
+/// each cursor after the move, by triple.
 pub fn advance_devices(
     conn: &mut AnyConnection,
-    user_id: &str,
-    device: &DeviceId,
-    moves: &[(GroupId, MsgId)],
-) -> QueryResult<Vec<(i64, i64)>> {
+    moves: &[(i64, &str, &DeviceId, MsgId)],
+) -> QueryResult<HashMap<(i64, String, String), i64>> {
     if moves.is_empty() {
-        return Ok(Vec::new());
+        return Ok(HashMap::new());
     }
     let mut query = RawSql::default()
         .sql("INSERT INTO device_cursors (group_id, user_id, device_id, last_ack_msg_id) VALUES ");
-    for (i, (group_id, ack_to)) in moves.iter().enumerate() {
+    for (i, (group_id, user_id, device, ack_to)) in moves.iter().enumerate() {
         query = query
             .sql(if i == 0 { "(" } else { ", (" })
-            .int(group_id.0)
+            .int(*group_id)
             .sql(", ")
             .text(user_id)
             .sql(", ")
@@ -276,30 +299,53 @@ pub fn advance_devices(
     }
     let acked: Vec<AckedTo> = query
         .sql(DEVICE_CURSOR_FORWARD)
-        .sql(" RETURNING group_id, last_ack_msg_id")
+        .sql(" RETURNING group_id, user_id, device_id, last_ack_msg_id")
         .load(conn)?;
     Ok(acked
         .into_iter()
-        .map(|row| (row.group_id, row.last_ack_msg_id))
+        .map(|row| {
+            (
+                (row.group_id, row.user_id, row.device_id),
+                row.last_ack_msg_id,
+            )
+        })
         .collect())
 }
 
-/// After the device sent `msg_id`: its cursor moves onto it only if it had everything before.
-pub fn advance_device_past_own(
+/// After devices sent entries: each device's cursor follows its entries (see
+/// [`Follow`]) if it had everything before them. A device that never acked in the group has
+/// no cursor row, and gets none. One statement.
+pub fn advance_devices_past_own(
     conn: &mut AnyConnection,
     group_id: GroupId,
-    user_id: &str,
-    device: &DeviceId,
-    msg_id: MsgId,
+    moves: &[(&str, &DeviceId, Follow)],
 ) -> QueryResult<()> {
-    diesel::update(
-        device_cursors::table
-            .find((group_id.0, user_id, device.as_str()))
-            .filter(device_cursors::last_ack_msg_id.eq(msg_id.0 - 1)),
-    )
-    .set(device_cursors::last_ack_msg_id.eq(msg_id))
-    .execute(conn)
-    .map(|_| ())
+    if moves.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Vec<Value<'_>>> = moves
+        .iter()
+        .map(|(user_id, device, follow)| {
+            vec![
+                Value::Text(user_id),
+                Value::Text(device.as_str()),
+                Value::Int(follow.from),
+                Value::Int(follow.to),
+            ]
+        })
+        .collect();
+    RawSql::default()
+        .sql("UPDATE device_cursors SET last_ack_msg_id = t.ack_to FROM ")
+        .rows("t", &["user_id", "device_id", "ack_from", "ack_to"], &rows)
+        .sql(" WHERE device_cursors.group_id = ")
+        .int(group_id.0)
+        .sql(
+            " AND device_cursors.user_id = t.user_id AND device_cursors.device_id = t.device_id \
+             AND device_cursors.last_ack_msg_id = t.ack_from",
+        )
+        .keep_prepared()
+        .execute(conn)
+        .map(|_| ())
 }
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ mod tests {
         assert!(deadlock.is_unavailable());
         assert!(!deadlock.is_unreachable_or_timed_out());
         for e in [
-            database_error(Kind::Unknown, "chorus_send_messages: the arrays describe"),
+            database_error(Kind::Unknown, "refused by a trigger"),
             database_error(Kind::UniqueViolation, "duplicate key"),
             DbError::Task,
         ] {

@@ -8,6 +8,7 @@ use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::raw_sql::RawSql;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
+use crate::domain::{GroupId, MsgId};
 use crate::refuse_unless;
 use crate::schema::groups;
 use crate::wake::Wakes;
@@ -117,11 +118,31 @@ pub fn touch_activity(
         .map(|_| ())
 }
 
-/// Hands back the id [`allocate_msg_id`] just gave out, in the same transaction (which still
-/// holds the group's row lock, so no other send took a later one).
-pub fn release_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<()> {
-    diesel::update(groups::table.find(group_id))
-        .set(groups::last_msg_id.eq(groups::last_msg_id - 1))
+/// Records entries appended through `last_msg_id` under the group's row lock (taken by
+/// [`lock_group`]): the group's counter, and, when they include a message, its last activity
+/// at `activity` (its place in the chat list), never moved back.
+pub fn record_appended(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    last_msg_id: MsgId,
+    activity: Option<chrono::NaiveDateTime>,
+) -> QueryResult<()> {
+    let query = RawSql::default()
+        .sql("UPDATE groups SET last_msg_id = ")
+        .int(last_msg_id.0);
+    let query = match activity {
+        Some(at) => query
+            .sql(", last_activity_at = CASE WHEN last_activity_at < ")
+            .time(at)
+            .sql(" THEN ")
+            .time(at)
+            .sql(" ELSE last_activity_at END"),
+        None => query,
+    };
+    query
+        .sql(" WHERE group_id = ")
+        .int(group_id.0)
+        .keep_prepared()
         .execute(conn)
         .map(|_| ())
 }

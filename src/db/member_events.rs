@@ -73,19 +73,17 @@ pub fn record_member_events(
     insert_events(conn, &pairs, kind, cause)
 }
 
-/// Records one change for `user_id` in each of `group_ids`.
-pub fn record_user_events(
+/// Records that each (group, user, device) of `reads` read in the group from that device
+/// (None: the user's default device): their other devices hear of it.
+pub fn record_reads(
     conn: &mut AnyConnection,
-    user_id: &str,
-    group_ids: &[i64],
-    kind: MemberEventKind,
-    cause: Cause<'_>,
+    reads: &[(i64, &str, Option<&DeviceId>)],
 ) -> QueryResult<()> {
-    let pairs: Vec<(i64, &str)> = group_ids
+    let rows: Vec<(i64, &str, &str)> = reads
         .iter()
-        .map(|&group_id| (group_id, user_id))
+        .map(|&(group_id, user_id, device)| (group_id, user_id, Cause::Device(device).column()))
         .collect();
-    insert_events(conn, &pairs, kind, cause)
+    insert_rows(conn, &rows, MemberEventKind::Read)
 }
 
 fn insert_events(
@@ -94,11 +92,24 @@ fn insert_events(
     kind: MemberEventKind,
     cause: Cause<'_>,
 ) -> QueryResult<()> {
-    let now = now_utc();
     let device_id = cause.column();
-    let rows: Vec<NewMemberEvent> = pairs
+    let rows: Vec<(i64, &str, &str)> = pairs
         .iter()
-        .map(|&(group_id, user_id)| NewMemberEvent {
+        .map(|&(group_id, user_id)| (group_id, user_id, device_id))
+        .collect();
+    insert_rows(conn, &rows, kind)
+}
+
+/// Events of one kind, each (group, user, device column).
+fn insert_rows(
+    conn: &mut AnyConnection,
+    events: &[(i64, &str, &str)],
+    kind: MemberEventKind,
+) -> QueryResult<()> {
+    let now = now_utc();
+    let rows: Vec<NewMemberEvent> = events
+        .iter()
+        .map(|&(group_id, user_id, device_id)| NewMemberEvent {
             user_id,
             group_id,
             kind: kind.as_str(),
@@ -106,6 +117,14 @@ fn insert_events(
             created_at: now,
         })
         .collect();
+    if let [row] = rows.as_slice() {
+        // One event (an ack of one group) as a single-row insert, which every engine keeps
+        // prepared.
+        return diesel::insert_into(member_events::table)
+            .values(row)
+            .execute(conn)
+            .map(|_| ());
+    }
     for chunk in rows.chunks(500) {
         crate::on_engine!(conn, |c| diesel::insert_into(member_events::table)
             .values(chunk)

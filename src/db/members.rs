@@ -11,7 +11,7 @@ use super::devices;
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
-use super::raw_sql::RawSql;
+use super::raw_sql::{RawSql, Value};
 use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
@@ -246,8 +246,8 @@ pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str
     )
 }
 
-/// Moves one member's cursors forward in each of several groups, in one statement, by
-/// [`advance_member_sql`]'s rule. Returns the cursors after the move by group; a group whose
+/// Moves members' cursors forward, each (group, user) by its [`Advance`], in one statement,
+/// by [`advance_member_sql`]'s rule. Returns the cursors after the move by pair; a pair whose
 /// membership row is gone (removed since it was read) is missing.
 ///
 /// On PostgreSQL the caller has locked the rows first, with [`lock_memberships`]: under READ
@@ -257,15 +257,22 @@ pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str
 /// second time. An UPDATE after the lock starts after whatever the lock waited for.
 pub fn advance_members(
     conn: &mut AnyConnection,
-    user_id: &str,
-    moves: &[(i64, Advance)],
-) -> QueryResult<Vec<(i64, MemberCursorsAfter)>> {
+    moves: &[((i64, &str), Advance)],
+) -> QueryResult<Vec<((i64, String), MemberCursorsAfter)>> {
     if moves.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<Vec<i64>> = moves
+    let rows: Vec<Vec<Value<'_>>> = moves
         .iter()
-        .map(|(group_id, to)| vec![*group_id, to.default_ack_to, to.read_to, to.delivered_to])
+        .map(|((group_id, user_id), to)| {
+            vec![
+                Value::Int(*group_id),
+                Value::Text(user_id),
+                Value::Int(to.default_ack_to),
+                Value::Int(to.read_to),
+                Value::Int(to.delivered_to),
+            ]
+        })
         .collect();
     let query = RawSql::default()
         .sql(&advance_member_sql(
@@ -274,14 +281,13 @@ pub fn advance_members(
             "t.delivered_to",
         ))
         .sql(" FROM ")
-        .int_rows("t", &["g", "ack_to", "read_to", "delivered_to"], &rows)
-        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = ")
-        .text(user_id)
+        .rows("t", &["g", "u", "ack_to", "read_to", "delivered_to"], &rows)
         .sql(
-            " RETURNING group_id, last_ack_msg_id, last_read_msg_id, delivered_msg_id, \
-             own_msgs_after_read",
+            " WHERE group_members.group_id = t.g AND group_members.user_id = t.u \
+             RETURNING group_members.group_id, group_members.user_id, last_ack_msg_id, \
+             last_read_msg_id, delivered_msg_id, own_msgs_after_read",
         )
-        // Kept for one group (the ack of one group), whose text is the same every time.
+        // Kept for one membership (the ack of one group), whose text is the same every time.
         .keep_prepared();
     let moved: Vec<MovedMember> = query.load(conn)?;
     Ok(moved
@@ -293,61 +299,95 @@ pub fn advance_members(
                 delivered_msg_id: m.delivered_msg_id,
                 own_msgs_after_read: m.own_msgs_after_read,
             };
-            (m.group_id, after)
+            ((m.group_id, m.user_id), after)
         })
         .collect())
 }
 
-/// PostgreSQL: locks the user's membership rows of `group_ids`, in group order (see
-/// [`lock_in_group_order`]), by a statement of its own. SQLite has one writer and no row
+/// PostgreSQL: locks the membership rows of the (group, user) pairs, in (group, user) order
+/// (see [`lock_in_order`]), by a statement of its own. SQLite has one writer and no row
 /// locks.
-pub fn lock_memberships(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    group_ids: &[i64],
-) -> QueryResult<()> {
-    lock_in_group_order(conn, "group_members", "user_id", user_id, group_ids).map(|_| ())
+pub fn lock_memberships(conn: &mut AnyConnection, pairs: &[(i64, &str)]) -> QueryResult<()> {
+    lock_in_order(conn, "group_members", "user_id", pairs, Busy::Wait).map(|_| ())
 }
 
-/// PostgreSQL: locks the rows of `table` whose `key_column` is `key` in `group_ids`, in group
-/// order, and answers the groups whose rows it found (and locked). An `UPDATE … FROM (VALUES
-/// …)` locks rows in whatever order its plan reaches them, so two multi-group writes of one
-/// user could take them in opposite orders and deadlock; locking first, sorted, gives every
-/// such write the same order. SQLite has one writer and no row locks: None.
-pub(super) fn lock_in_group_order(
+/// [`lock_memberships`] without waiting: locks the rows no other transaction holds and
+/// answers them, or None on SQLite (one writer: nothing is ever held).
+pub fn lock_free_memberships(
+    conn: &mut AnyConnection,
+    pairs: &[(i64, &str)],
+) -> QueryResult<Option<Vec<(i64, String)>>> {
+    lock_in_order(conn, "group_members", "user_id", pairs, Busy::Skip)
+}
+
+/// What locking does with a row another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Busy {
+    /// Waits for it.
+    Wait,
+    /// Leaves it out.
+    Skip,
+}
+
+/// PostgreSQL: locks the rows of `table` keyed by (group_id, `key_column`) for the pairs, in
+/// (group, key) order, and answers the pairs whose rows it found (and locked). An `UPDATE …
+/// FROM (VALUES …)` locks rows in whatever order its plan reaches them, so two writes of
+/// several rows could take them in opposite orders and deadlock; locking first, sorted,
+/// gives every such write the same order. SQLite has one writer and no row locks: None.
+pub(super) fn lock_in_order(
     conn: &mut AnyConnection,
     table: &str,
     key_column: &str,
-    key: &str,
-    group_ids: &[i64],
-) -> QueryResult<Option<Vec<i64>>> {
+    pairs: &[(i64, &str)],
+    busy: Busy,
+) -> QueryResult<Option<Vec<(i64, String)>>> {
     #[derive(diesel::QueryableByName)]
     struct Locked {
         #[diesel(sql_type = BigInt)]
         group_id: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        key: String,
     }
     if !matches!(conn, AnyConnection::Postgresql(_)) {
         return Ok(None);
     }
-    if group_ids.is_empty() {
+    if pairs.is_empty() {
         return Ok(Some(Vec::new()));
     }
+    let rows: Vec<Vec<Value<'_>>> = pairs
+        .iter()
+        .map(|&(group_id, key)| vec![Value::Int(group_id), Value::Text(key)])
+        .collect();
     let locked: Vec<Locked> = RawSql::default()
         .sql(&format!(
-            "SELECT group_id FROM {table} WHERE {key_column} = "
+            "SELECT r.group_id, r.{key_column} AS key FROM {table} r JOIN "
         ))
-        .text(key)
-        .sql(" AND group_id IN ")
-        .int_list(group_ids)
-        .sql(" ORDER BY group_id FOR NO KEY UPDATE")
+        .rows("t", &["g", "k"], &rows)
+        .sql(&format!(
+            " ON r.group_id = t.g AND r.{key_column} = t.k \
+             ORDER BY r.group_id, r.{key_column} FOR NO KEY UPDATE OF r{}",
+            if busy == Busy::Skip {
+                " SKIP LOCKED"
+            } else {
+                ""
+            }
+        ))
+        .keep_prepared()
         .load(conn)?;
-    Ok(Some(locked.into_iter().map(|row| row.group_id).collect()))
+    Ok(Some(
+        locked
+            .into_iter()
+            .map(|row| (row.group_id, row.key))
+            .collect(),
+    ))
 }
 
 #[derive(diesel::QueryableByName)]
 struct MovedMember {
     #[diesel(sql_type = BigInt)]
     group_id: i64,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    user_id: String,
     #[diesel(sql_type = BigInt)]
     last_ack_msg_id: i64,
     #[diesel(sql_type = BigInt)]
@@ -358,57 +398,174 @@ struct MovedMember {
     own_msgs_after_read: i64,
 }
 
-/// After the member wrote entry `msg_id` to the group's log: each cursor that was at the entry
-/// before it (they had everything) moves onto it; a read cursor that stays behind counts one
-/// more own message above it when the entry is a message (`counted`), the only kind the
-/// unread rule counts. So their own entry is never unread, and nothing they had not received
-/// is skipped. Of the delivered cursors only the writing device's moves.
-pub fn advance_past_own_entry(
+/// An entry a member just appended to a group's log: its id, the device it came from (None:
+/// the member's default device), and whether it counts as unread (a message; a change entry
+/// does not).
+#[derive(Debug, Clone, Copy)]
+pub struct OwnEntry<'a> {
+    pub msg_id: MsgId,
+    pub device: Option<&'a DeviceId>,
+    pub counted: bool,
+}
+
+/// Where a cursor goes after a member's own entries, if it stands at `from`: onto the last of
+/// the entries that follow `from` without a gap. A cursor elsewhere stays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Follow {
+    pub from: i64,
+    pub to: i64,
+}
+
+impl Follow {
+    /// Never matches a cursor (cursors are never negative): for a cursor none of the entries
+    /// move.
+    const NOWHERE: Follow = Follow { from: -1, to: -1 };
+
+    /// The rule for one cursor over the entries that may move it (ascending): each entry the
+    /// cursor stood just before when it was appended moves the cursor onto it, so the cursor
+    /// follows the first entry and each one after it without a gap, and stops at the first
+    /// gap (an entry of someone else) for good.
+    pub fn over(ids: impl IntoIterator<Item = i64>) -> Follow {
+        let mut ids = ids.into_iter();
+        let Some(first) = ids.next() else {
+            return Follow::NOWHERE;
+        };
+        let mut to = first;
+        for id in ids {
+            if id != to + 1 {
+                break;
+            }
+            to = id;
+        }
+        Follow {
+            from: first - 1,
+            to,
+        }
+    }
+}
+
+/// How one member's cursors move after their own entries, decided from the entries alone:
+/// the statement that applies it compares each cursor with where the decision expects it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OwnMoves {
+    /// The read cursor and the delivered-anywhere cursor: every entry moves them.
+    read: Follow,
+    /// The default device's delivered cursor: entries from the default device move it.
+    default_device: Follow,
+    /// Entries counted as unread that the read cursor would not move onto, if it follows
+    /// and if it does not.
+    own_if_followed: i64,
+    own_if_not: i64,
+}
+
+impl OwnMoves {
+    fn of(entries: &[OwnEntry<'_>]) -> OwnMoves {
+        let read = Follow::over(entries.iter().map(|e| e.msg_id.0));
+        let default_device = Follow::over(
+            entries
+                .iter()
+                .filter(|e| e.device.is_none())
+                .map(|e| e.msg_id.0),
+        );
+        let counted = entries.iter().filter(|e| e.counted);
+        let own_if_not = counted.clone().count() as i64;
+        let own_if_followed = counted.filter(|e| e.msg_id.0 > read.to).count() as i64;
+        OwnMoves {
+            read,
+            default_device,
+            own_if_followed,
+            own_if_not,
+        }
+    }
+}
+
+/// After members appended entries to the group's log (each member's ascending, by user): each
+/// cursor that was at an entry's predecessor (they had everything) moves onto it; a read
+/// cursor that stays behind counts one more own message above it for each counted entry, the
+/// only kind the unread rule counts. So their own entries are never unread, and nothing they
+/// had not received is skipped. Of the device cursors only the writing device's moves. One
+/// statement for the members, one for the devices that have cursor rows.
+///
+/// The caller holds the group's row lock, taken before the entries' ids: no other entry can
+/// come between them, and no membership can go (removals take the lock first). A cursor
+/// moved meanwhile by an ack stands below the first entry and is compared as it is now.
+pub fn advance_past_own_entries(
     conn: &mut AnyConnection,
     group_id: GroupId,
-    user_id: &str,
-    device: Option<&DeviceId>,
-    msg_id: MsgId,
-    counted: bool,
+    entries_by_user: &[(&str, Vec<OwnEntry<'_>>)],
 ) -> QueryResult<()> {
-    let (previous, msg_id) = (msg_id.0 - 1, msg_id.0);
-    // One text whatever the values, so each connection keeps it prepared. Every SET
-    // expression reads the row as it was before the update, on both engines.
-    let move_if_at = |query: RawSql, column: &str| {
-        query
-            .sql(&format!("{column} = CASE WHEN {column} = "))
-            .int(previous)
-            .sql(" THEN ")
-            .int(msg_id)
-            .sql(&format!(" ELSE {column} END"))
-    };
-    let mut query = RawSql::default()
-        .sql("UPDATE group_members SET own_msgs_after_read = CASE WHEN last_read_msg_id = ")
-        .int(previous)
-        .sql(" THEN own_msgs_after_read ELSE own_msgs_after_read + ")
-        .int(i64::from(counted))
-        .sql(" END, ");
-    query = move_if_at(query, "last_read_msg_id").sql(", ");
-    query = move_if_at(query, "delivered_msg_id");
-    if device.is_none() {
-        // The default device's delivered cursor is the membership row's own.
-        query = move_if_at(query.sql(", "), "last_ack_msg_id");
+    if entries_by_user.is_empty() {
+        return Ok(());
     }
-    let updated = query
-        .sql(" WHERE group_id = ")
+    let rows: Vec<Vec<Value<'_>>> = entries_by_user
+        .iter()
+        .map(|(user_id, entries)| {
+            let moves = OwnMoves::of(entries);
+            vec![
+                Value::Text(user_id),
+                Value::Int(moves.read.from),
+                Value::Int(moves.read.to),
+                Value::Int(moves.own_if_followed),
+                Value::Int(moves.own_if_not),
+                Value::Int(moves.default_device.from),
+                Value::Int(moves.default_device.to),
+            ]
+        })
+        .collect();
+    // Every SET expression reads the row as it was before the update, on both engines.
+    let updated = RawSql::default()
+        .sql(
+            "UPDATE group_members SET \
+               own_msgs_after_read = own_msgs_after_read + CASE \
+                 WHEN last_read_msg_id = t.read_from THEN t.own_if_followed \
+                 ELSE t.own_if_not END, \
+               last_read_msg_id = CASE WHEN last_read_msg_id = t.read_from \
+                 THEN t.read_to ELSE last_read_msg_id END, \
+               delivered_msg_id = CASE WHEN delivered_msg_id = t.read_from \
+                 THEN t.read_to ELSE delivered_msg_id END, \
+               last_ack_msg_id = CASE WHEN last_ack_msg_id = t.ack_from \
+                 THEN t.ack_to ELSE last_ack_msg_id END \
+             FROM ",
+        )
+        .rows(
+            "t",
+            &[
+                "user_id",
+                "read_from",
+                "read_to",
+                "own_if_followed",
+                "own_if_not",
+                "ack_from",
+                "ack_to",
+            ],
+            &rows,
+        )
+        .sql(" WHERE group_members.group_id = ")
         .int(group_id.0)
-        .sql(" AND user_id = ")
-        .text(user_id)
+        .sql(" AND group_members.user_id = t.user_id")
         .keep_prepared()
         .execute(conn)?;
-    if updated == 0 {
-        // The sender's membership vanished between the access check and the send.
+    if updated != entries_by_user.len() {
+        // Cannot happen while the group's lock is held (see above); if it did, the write
+        // fails whole rather than store entries from someone who is not a member.
         return Err(diesel::result::Error::NotFound);
     }
-    if let Some(device) = device {
-        devices::advance_device_past_own(conn, group_id, user_id, device, MsgId(msg_id))?;
-    }
-    Ok(())
+    let device_moves: Vec<(&str, &DeviceId, Follow)> = entries_by_user
+        .iter()
+        .flat_map(|(user_id, entries)| {
+            let mut devices: Vec<&DeviceId> = entries.iter().filter_map(|e| e.device).collect();
+            devices.sort();
+            devices.dedup();
+            devices.into_iter().map(move |device| {
+                let ids = entries
+                    .iter()
+                    .filter(|e| e.device == Some(device))
+                    .map(|e| e.msg_id.0);
+                (*user_id, device, Follow::over(ids))
+            })
+        })
+        .collect();
+    devices::advance_devices_past_own(conn, group_id, &device_moves)
 }
 
 /// Before messages of the group up to `through_msg_id` expire: every member whose read cursor
@@ -452,4 +609,66 @@ pub fn read_past_expired(
         wakes.record(WakeEvent::ReadMoved(user));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(msg_id: i64, device: Option<&DeviceId>, counted: bool) -> OwnEntry<'_> {
+        OwnEntry {
+            msg_id: MsgId(msg_id),
+            device,
+            counted,
+        }
+    }
+
+    #[test]
+    fn a_cursor_follows_a_contiguous_run_from_just_below_its_first_entry() {
+        assert_eq!(Follow::over([5, 6, 7]), Follow { from: 4, to: 7 });
+        assert_eq!(Follow::over([1]), Follow { from: 0, to: 1 });
+    }
+
+    #[test]
+    fn a_cursor_stops_for_good_at_the_first_gap() {
+        // Message 6 is someone else's: the cursor reaches 5, and 7 finds it below 6.
+        assert_eq!(Follow::over([5, 7, 8]), Follow { from: 4, to: 5 });
+    }
+
+    #[test]
+    fn no_entries_move_no_cursor() {
+        let none = Follow::over(std::iter::empty());
+        assert!(none.from < 0, "no cursor stands at {}", none.from);
+    }
+
+    #[test]
+    fn the_default_device_follows_only_its_own_entries() {
+        let phone = DeviceId::parse("device_id", "phone").expect("a device id");
+        // 5 and 7 from the default device, 6 from the phone, 8 from the default device.
+        let entries = [
+            entry(5, None, true),
+            entry(6, Some(&phone), true),
+            entry(7, None, true),
+            entry(8, None, true),
+        ];
+        let moves = OwnMoves::of(&entries);
+        assert_eq!(moves.read, Follow { from: 4, to: 8 });
+        // The phone's message comes between: the default device's cursor stops at 5.
+        assert_eq!(moves.default_device, Follow { from: 4, to: 5 });
+    }
+
+    #[test]
+    fn own_entries_above_the_read_cursor_are_counted_only_if_it_stays_below_them() {
+        // 5, 6 and 9 are the member's; 7 and 8 someone else's; 6 is a change entry (an
+        // edit), which never counts as unread.
+        let entries = [
+            entry(5, None, true),
+            entry(6, None, false),
+            entry(9, None, true),
+        ];
+        let moves = OwnMoves::of(&entries);
+        assert_eq!(moves.read, Follow { from: 4, to: 6 });
+        assert_eq!(moves.own_if_followed, 1, "9 stays above the cursor at 6");
+        assert_eq!(moves.own_if_not, 2, "5 and 9 above a cursor left behind");
+    }
 }

@@ -4,9 +4,11 @@
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 
-use super::access::{member_of, Checked, Membership, Refusal};
-use super::groups::{allocate_msg_id, lock_group, release_msg_id, touch_activity};
-use super::members::{advance_past_own_entry, read_past_expired};
+use std::collections::HashMap;
+
+use super::access::{members_of_group, Checked, Membership, Refusal};
+use super::groups::{lock_group, record_appended};
+use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
 use super::AnyConnection;
@@ -56,19 +58,6 @@ pub enum UserEntry {
 }
 
 impl UserEntry {
-    /// The message when it is plain: text and perhaps client data, naming no one and no
-    /// other message (what [`super::plain_send`] stores in one statement).
-    pub fn plain_message(&self) -> Option<&MessageDraft> {
-        match self {
-            UserEntry::Message(draft)
-                if draft.mentions.is_empty() && !draft.mention_all && draft.reply_to.is_none() =>
-            {
-                Some(draft)
-            }
-            _ => None,
-        }
-    }
-
     fn kind(&self) -> EntryKind {
         match self {
             UserEntry::Message(_) => EntryKind::Message,
@@ -84,14 +73,20 @@ pub struct Author<'a> {
     pub device: Option<&'a DeviceId>,
 }
 
-/// Appends a member's entry to the group's log once (inside the transaction
-/// `Db::write_checked` runs it in): a message, or a recall, edit or delete of an earlier one.
-/// A retry or a racing duplicate with the same `client_msg_id` gets the original: the unique
-/// index decides (`ON CONFLICT DO NOTHING`), and the duplicate hands its id back, so ids stay
-/// contiguous. The entry is checked after the insert, so a retry is answered even when the
-/// check would now refuse; a refusal rolls the insert back. There is no lookup before the
-/// insert: retries are rare, and the hot path saves a query (PostgreSQL also planned such a
-/// lookup badly on young tables, walking a sender's whole history per send).
+/// An entry a member asks to append: who, from which device, the key that makes a retry
+/// harmless, and what.
+#[derive(Debug, Clone)]
+pub struct NewEntry {
+    pub sender_id: String,
+    pub device: Option<DeviceId>,
+    pub client_msg_id: String,
+    pub entry: UserEntry,
+}
+
+/// What appending one entry answers: the entry as stored, or why it was refused.
+pub type Sent = Result<SendOutcome, Refusal>;
+
+/// Appends one member's entry to the group's log (see [`send_entries`]).
 pub fn send(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -101,52 +96,164 @@ pub fn send(
     windows: ChangeWindows,
     wakes: &mut Wakes,
 ) -> Checked<SendOutcome> {
-    let sender_id = author.user_id;
-    let membership = refuse_unless!(member_of(conn, group_id, sender_id)?);
-    let msg_id = allocate_msg_id(conn, group_id)?;
+    let one = NewEntry {
+        sender_id: author.user_id.to_owned(),
+        device: author.device.cloned(),
+        client_msg_id: client_msg_id.to_owned(),
+        entry: entry.clone(),
+    };
+    let mut sent = send_entries(conn, GroupId(group_id), &[one], windows, wakes)?;
+    Ok(sent.pop().unwrap_or(Err(Refusal::NoGroup { group_id })))
+}
+
+/// Appends members' entries to one group's log, in order, each once (inside a transaction
+/// the caller runs): messages, and recalls, edits and deletes of earlier ones. Each entry
+/// gets its own answer, in order. A refused entry writes nothing and takes no id, so the
+/// others stand and ids stay contiguous; every refusal is decided before anything is
+/// written.
+///
+/// The group's row lock, taken first, orders the group's writers: ids are handed out in
+/// turn, entries are stamped in id order, and memberships read after it stay as read. A
+/// repeat of a `client_msg_id` the sender used in this group, before or earlier in the same
+/// call, gets the original entry, even when the entry would now be refused. The few
+/// statements are the same however many entries there are: the lock, the senders'
+/// memberships, the repeats, one insert, the mentions, the senders' cursors and the group's
+/// counter; a change entry also reads and changes its target.
+pub fn send_entries(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sends: &[NewEntry],
+    windows: ChangeWindows,
+    wakes: &mut Wakes,
+) -> QueryResult<Vec<Sent>> {
+    let locked = match lock_group(conn, group_id.0) {
+        Err(DieselError::NotFound) => {
+            let no_group = || {
+                Err(Refusal::NoGroup {
+                    group_id: group_id.0,
+                })
+            };
+            return Ok(sends.iter().map(|_| no_group()).collect());
+        }
+        other => other?,
+    };
+    let mut senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
+    senders.sort_unstable();
+    senders.dedup();
+    let memberships = members_of_group(conn, group_id, &senders)?;
+    let mut sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();
-    let row = new_row(group_id, msg_id, sender_id, client_msg_id, entry, now);
-    let inserted = on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
-        .values(&row.insertable())
-        .on_conflict_do_nothing()
+    let mut last_msg_id = locked.last_msg_id;
+    let mut stored: Vec<(&NewEntry, MessageRow)> = Vec::new();
+    let mut answers = Vec::with_capacity(sends.len());
+    for send in sends {
+        let key = (send.sender_id.clone(), send.client_msg_id.clone());
+        if let Some(original) = sent_before.get(&key) {
+            answers.push(Ok(SendOutcome::Existing(original.clone())));
+            continue;
+        }
+        let Some(membership) = memberships.get(&send.sender_id) else {
+            answers.push(Err(Refusal::NotMember {
+                group_id: group_id.0,
+            }));
+            continue;
+        };
+        let msg_id = MsgId(last_msg_id + 1);
+        let checked = match &send.entry {
+            UserEntry::Message(draft) => check_message(conn, membership, msg_id, draft)?,
+            UserEntry::Change { change, target } => {
+                apply_change(conn, membership, *target, msg_id, change, now, windows)?
+            }
+        };
+        if let Err(refusal) = checked {
+            answers.push(Err(refusal));
+            continue;
+        }
+        last_msg_id = msg_id.0;
+        let row = new_row(
+            group_id.0,
+            msg_id.0,
+            &send.sender_id,
+            &send.client_msg_id,
+            &send.entry,
+            now,
+        );
+        sent_before.insert(key, row.clone());
+        answers.push(Ok(SendOutcome::Created(row.clone())));
+        stored.push((send, row));
+    }
+    if stored.is_empty() {
+        return Ok(answers);
+    }
+    let rows: Vec<NewMessage<'_>> = stored.iter().map(|(_, row)| row.insertable()).collect();
+    on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
+        .values(&rows)
         .execute(c))?;
-    if inserted == 0 {
-        // Sent before: the group row is still locked by this transaction, so the id can go
-        // back and the next send takes it. The group's activity time was not touched.
-        release_msg_id(conn, group_id)?;
-        let original = find_by_client_msg_id(conn, group_id, sender_id, client_msg_id)?
-            .ok_or(DieselError::NotFound)?;
-        return Ok(Ok(SendOutcome::Existing(original)));
+    store_mentions(conn, &stored)?;
+    advance_past_own_entries(conn, group_id, &own_entries_by_user(&stored))?;
+    let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
+    // A change entry does not move the group in the chat list.
+    record_appended(
+        conn,
+        group_id,
+        MsgId(last_msg_id),
+        any_message.then_some(now),
+    )?;
+    wakes.record(WakeEvent::MessageSent(group_id.0));
+    Ok(answers)
+}
+
+/// The entries `stored` appended, by sender (user id order), each sender's in id order.
+fn own_entries_by_user<'a>(
+    stored: &'a [(&'a NewEntry, MessageRow)],
+) -> Vec<(&'a str, Vec<OwnEntry<'a>>)> {
+    let mut by_user: std::collections::BTreeMap<&str, Vec<OwnEntry<'_>>> = Default::default();
+    for (send, row) in stored {
+        by_user
+            .entry(send.sender_id.as_str())
+            .or_default()
+            .push(OwnEntry {
+                msg_id: MsgId(row.msg_id),
+                device: send.device.as_ref(),
+                counted: row.kind == EntryKind::Message,
+            });
     }
-    match entry {
-        UserEntry::Message(draft) => {
-            refuse_unless!(check_message(conn, &membership, MsgId(msg_id), draft)?);
-            store_mentions(conn, group_id, msg_id, sender_id, &draft.mentions)?;
-            touch_activity(conn, group_id, now)?;
-        }
-        UserEntry::Change { change, target } => {
-            let appending = MsgId(msg_id);
-            refuse_unless!(apply_change(
-                conn,
-                &membership,
-                *target,
-                appending,
-                change,
-                now,
-                windows
-            )?);
-        }
-    }
-    let counted = entry.kind() == EntryKind::Message;
-    let (group, msg) = (GroupId(group_id), MsgId(msg_id));
-    match advance_past_own_entry(conn, group, sender_id, author.device, msg, counted) {
-        // The sender's membership row vanished between the check and the write.
-        Err(DieselError::NotFound) => return Ok(Err(Refusal::NotMember { group_id })),
-        other => other?,
-    }
-    wakes.record(WakeEvent::MessageSent(group_id));
-    Ok(Ok(SendOutcome::Created(row)))
+    by_user.into_iter().collect()
+}
+
+/// The entries among `sends` that their senders already appended to the group, by sender and
+/// `client_msg_id`.
+fn find_sent(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sends: &[NewEntry],
+) -> QueryResult<HashMap<(String, String), MessageRow>> {
+    let found: Vec<MessageRow> = if let [one] = sends {
+        // One send by key: a text every engine keeps prepared.
+        find_by_client_msg_id(conn, group_id.0, &one.sender_id, &one.client_msg_id)?
+            .into_iter()
+            .collect()
+    } else {
+        let senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
+        let keys: Vec<&str> = sends.iter().map(|s| s.client_msg_id.as_str()).collect();
+        group_msgs::table
+            .filter(group_msgs::group_id.eq(group_id))
+            .filter(group_msgs::sender_id.eq_any(&senders))
+            .filter(group_msgs::client_msg_id.eq_any(&keys))
+            .select(MessageRow::as_select())
+            .load(conn)?
+    };
+    // The lists match every sender with every key: only exact pairs count.
+    Ok(found
+        .into_iter()
+        .filter(|row| {
+            sends
+                .iter()
+                .any(|s| s.sender_id == row.sender_id && s.client_msg_id == row.client_msg_id)
+        })
+        .map(|row| ((row.sender_id.clone(), row.client_msg_id.clone()), row))
+        .collect())
 }
 
 /// The row a member's entry is stored as.
@@ -286,25 +393,21 @@ pub fn stored_mentions(sender_id: &str, mentioned: &[String]) -> Vec<String> {
     stored
 }
 
-/// One row per member a message mentions by name (see [`stored_mentions`]).
-fn store_mentions(
-    conn: &mut AnyConnection,
-    group_id: i64,
-    msg_id: i64,
-    sender_id: &str,
-    mentioned: &[String],
-) -> QueryResult<()> {
-    let stored = stored_mentions(sender_id, mentioned);
-    let rows: Vec<_> = stored
-        .iter()
-        .map(|user| {
-            (
-                mentions::group_id.eq(group_id),
-                mentions::msg_id.eq(msg_id),
-                mentions::user_id.eq(user.as_str()),
-            )
-        })
-        .collect();
+/// One row per member each stored message mentions by name (see [`stored_mentions`]).
+fn store_mentions(conn: &mut AnyConnection, stored: &[(&NewEntry, MessageRow)]) -> QueryResult<()> {
+    let mut rows = Vec::new();
+    for (send, row) in stored {
+        let UserEntry::Message(draft) = &send.entry else {
+            continue;
+        };
+        for user in stored_mentions(&row.sender_id, &draft.mentions) {
+            rows.push((
+                mentions::group_id.eq(row.group_id),
+                mentions::msg_id.eq(row.msg_id),
+                mentions::user_id.eq(user),
+            ));
+        }
+    }
     if rows.is_empty() {
         return Ok(());
     }

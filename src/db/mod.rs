@@ -8,7 +8,6 @@
 //! other instances and to this process's long-polls), so no caller decides them a second time.
 
 pub mod access;
-pub mod ack_statement;
 pub mod changes;
 pub mod chat_list;
 mod connection;
@@ -27,7 +26,6 @@ pub mod messages;
 mod migrations;
 pub mod models;
 mod open_failure;
-pub mod plain_send;
 mod pool;
 mod proven_connection;
 pub mod publish;
@@ -38,8 +36,8 @@ pub mod raw_sql;
 pub mod receipt_counts;
 pub mod receipts;
 pub mod shared_acks;
+pub mod shared_commits;
 pub mod shared_sends;
-pub mod shared_statement;
 mod storage;
 pub mod system_lines;
 pub mod unread;

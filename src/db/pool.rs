@@ -37,8 +37,8 @@ pub struct Db {
     publish: Publish,
     /// Says in the log when writes start and stop being refused for lack of space.
     storage: Arc<StorageAlarm>,
-    /// See [`DbSettings::one_statement_writes`].
-    one_statement_writes: bool,
+    /// See [`DbSettings::shared_commits`].
+    shared_commits: bool,
 }
 
 /// How a write is published: its feed rows stamped with positions, its wake-ups sent (see
@@ -96,7 +96,7 @@ impl Db {
                     notifier: None,
                     publish: Publish::InBatch,
                     storage: Arc::default(),
-                    one_statement_writes: settings.one_statement_writes,
+                    shared_commits: settings.shared_commits,
                 }
             }
             Engine::Postgres => {
@@ -114,7 +114,7 @@ impl Db {
                     notifier: None,
                     publish: Publish::AfterCommit,
                     storage: Arc::default(),
-                    one_statement_writes: settings.one_statement_writes,
+                    shared_commits: settings.shared_commits,
                 }
             }
         };
@@ -223,47 +223,35 @@ impl Db {
         Ok(outcome.map(|(value, _)| value))
     }
 
-    /// A write that is one statement on PostgreSQL, run outside any transaction: the
-    /// statement commits by itself, so the write costs one round trip where BEGIN, the
-    /// statement and COMMIT cost three. `f` answers how many writes the statement stored
-    /// (counted as one commit carrying them) and its value. This answers None, without
-    /// calling `f`, where [`Db::writes_in_one_statement`] is false: on SQLite (whose writes
-    /// share the writer lane's commits), for tools (which publish on the writing connection)
-    /// and when the settings turn it off. It is published as any write is.
-    pub async fn write_one_statement<T, F>(&self, f: F) -> Result<Option<T>, DbError>
+    /// Several clients' writes in one transaction on PostgreSQL (see [`super::shared_commits`]):
+    /// `f` answers how many writes it stored (counted as one commit carrying them) and its
+    /// value; it commits when `f` returns Ok and rolls back otherwise. Published as any
+    /// write is. Only where [`Db::shares_commits`] is true.
+    pub async fn write_shared<T, F>(&self, f: F) -> Result<T, DbError>
     where
-        F: FnOnce(&mut diesel::PgConnection, &mut Wakes) -> QueryResult<(usize, T)>
-            + Send
-            + 'static,
+        F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<(usize, T)> + Send + 'static,
         T: Send + 'static,
     {
-        if !self.writes_in_one_statement() {
-            return Ok(None);
-        }
         let committed = self.on_commit();
         let commits = self.commits.clone();
-        let written = self
+        let (writes, written) = self
             .writer
             .run(move |conn| {
-                let AnyConnection::Postgresql(conn) = conn else {
-                    return Ok(None);
-                };
                 let mut wakes = Wakes::default();
-                let (writes, written) = f(conn, &mut wakes)?;
+                let work = |conn: &mut AnyConnection| f(conn, &mut wakes).map(Ok::<_, Infallible>);
+                let (writes, written) = never_refused(in_transaction(conn, work)?);
                 if writes > 0 {
                     commits.committed(writes);
                     committed(&wakes);
                 }
-                Ok(Some((writes, written)))
+                Ok((writes, written))
             })
             .await
             .inspect_err(|e| self.storage.failed(e))?;
-        Ok(written.map(|(writes, written)| {
-            if writes > 0 {
-                self.storage.wrote();
-            }
-            written
-        }))
+        if writes > 0 {
+            self.storage.wrote();
+        }
+        Ok(written)
     }
 
     /// Runs `f` as one transaction of upkeep. On PostgreSQL it runs on a pooled connection,
@@ -285,11 +273,11 @@ impl Db {
             .inspect_err(|e| self.storage.failed(e))
     }
 
-    /// Whether [`Db::write_one_statement`] runs its statement here: PostgreSQL, serving, with
-    /// the setting on.
-    pub fn writes_in_one_statement(&self) -> bool {
+    /// Whether writes that arrive together share transactions ([`Db::write_shared`]):
+    /// PostgreSQL, serving, with the setting on. SQLite's writer lane shares its own.
+    pub fn shares_commits(&self) -> bool {
         let serving = matches!(self.publish, Publish::ByPublisher(_));
-        self.engine == Engine::Postgres && serving && self.one_statement_writes
+        self.engine == Engine::Postgres && serving && self.shared_commits
     }
 
     /// What a committed write's wake-ups do: queued for this instance's publisher, whose round

@@ -20,8 +20,8 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
-use super::members::lock_in_group_order;
-use super::raw_sql::RawSql;
+use super::members::{lock_in_order, Busy};
+use super::raw_sql::{RawSql, Value};
 use super::unread::unread_sql;
 use super::AnyConnection;
 use crate::domain::GroupId;
@@ -222,54 +222,57 @@ pub fn mark_told(
     Ok(())
 }
 
-/// `LOWER_BADGES <table t of (g, unread)> LOWER_BADGES_OF_DEVICE <device id>`: lowers the
-/// unread count a device was last told of by push in each group `t` names to the group's
-/// unread count, where it was higher.
-pub(super) const LOWER_BADGES: &str =
-    "UPDATE push_group_state SET notified_unread = t.unread FROM ";
-pub(super) const LOWER_BADGES_OF_DEVICE: &str = " WHERE push_group_state.group_id = t.g \
-     AND push_group_state.notified_unread > t.unread AND push_group_state.device_id = ";
-
-/// PostgreSQL: locks the device's badge rows of `group_ids`, in group order, before the
-/// unread counts that [`note_reads_on_device`] writes are counted, and answers the groups
-/// whose badge may be lowered: those whose row it locked. A notification built meanwhile
-/// (telling of a message that arrived after the count) then waits and writes after this
-/// transaction, instead of being lowered to a count that misses its message, which no
+/// PostgreSQL: locks the badge rows of the (group, device) pairs, in (group, device) order,
+/// before the unread counts that [`note_reads_on_devices`] writes are counted, and answers
+/// the pairs whose badge may be lowered: those whose row it locked. A notification built
+/// meanwhile (telling of a message that arrived after the count) then waits and writes after
+/// this transaction, instead of being lowered to a count that misses its message, which no
 /// later notification would correct. A row that did not exist yet is left to whoever
-/// creates it: a notification's count is never below the unread count it was built
-/// from, and a count that turns out too high is lowered by the next one. SQLite has one
-/// writer: nothing is written between the count and the update, and every group's badge
-/// may be lowered.
+/// creates it: a notification's count is never below the unread count it was built from,
+/// and a count that turns out too high is lowered by the next one. SQLite has one writer:
+/// nothing is written between the count and the update, and every badge may be lowered.
 pub fn lock_badges(
     conn: &mut AnyConnection,
-    device_id: &str,
-    group_ids: &[i64],
-) -> QueryResult<Vec<i64>> {
-    let locked = lock_in_group_order(conn, "push_group_state", "device_id", device_id, group_ids)?;
-    Ok(locked.unwrap_or_else(|| group_ids.to_vec()))
+    pairs: &[(i64, &str)],
+) -> QueryResult<Vec<(i64, String)>> {
+    let locked = lock_in_order(conn, "push_group_state", "device_id", pairs, Busy::Wait)?;
+    Ok(locked.unwrap_or_else(|| {
+        pairs
+            .iter()
+            .map(|&(group_id, device)| (group_id, device.to_owned()))
+            .collect()
+    }))
 }
 
-/// After the device itself moved its user's read cursor in these groups: it knows each
-/// group's new unread count, so lowering its badge by push would only repeat it. One update,
-/// of no row for devices without a push target. Only groups [`lock_badges`] answered, taken
-/// before counting.
-pub fn note_reads_on_device(
+/// After devices themselves moved their users' read cursors, each (group, device, unread
+/// count): a device knows the group's new unread count, so lowering its badge by push would
+/// only repeat it. One update, of no row for devices without a push target. Only pairs
+/// [`lock_badges`] answered, taken before counting.
+pub fn note_reads_on_devices(
     conn: &mut AnyConnection,
-    device_id: &str,
-    unread_by_group: &[(GroupId, i64)],
+    reads: &[(i64, &str, i64)],
 ) -> QueryResult<()> {
-    if unread_by_group.is_empty() {
+    if reads.is_empty() {
         return Ok(());
     }
-    let rows: Vec<Vec<i64>> = unread_by_group
+    let rows: Vec<Vec<Value<'_>>> = reads
         .iter()
-        .map(|&(group_id, unread)| vec![group_id.0, unread])
+        .map(|&(group_id, device, unread)| {
+            vec![
+                Value::Int(group_id),
+                Value::Text(device),
+                Value::Int(unread),
+            ]
+        })
         .collect();
     RawSql::default()
-        .sql(LOWER_BADGES)
-        .int_rows("t", &["g", "unread"], &rows)
-        .sql(LOWER_BADGES_OF_DEVICE)
-        .text(device_id)
+        .sql("UPDATE push_group_state SET notified_unread = t.unread FROM ")
+        .rows("t", &["g", "d", "unread"], &rows)
+        .sql(
+            " WHERE push_group_state.group_id = t.g AND push_group_state.device_id = t.d \
+             AND push_group_state.notified_unread > t.unread",
+        )
+        .keep_prepared()
         .execute(conn)
         .map(|_| ())
 }

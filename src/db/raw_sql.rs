@@ -21,6 +21,13 @@ enum Bind {
     Timestamp(NaiveDateTime),
 }
 
+/// One value of a row of [`RawSql::rows`].
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    Int(i64),
+    Text(&'a str),
+}
+
 pub struct RawSql {
     /// The text around the placeholders: one piece more than there are binds, the n-th
     /// placeholder between piece n-1 and piece n.
@@ -98,11 +105,21 @@ impl RawSql {
     }
 
     /// Appends a table of integer rows named `alias` with the given `columns`, for a join in
-    /// `FROM`: `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`.
-    /// Both engines name a VALUES list's columns `column1`, `column2`, …; neither spells a
-    /// column alias list on it the same way. Every row has one value per column, and there is
-    /// at least one row.
-    pub fn int_rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<i64>]) -> Self {
+    /// `FROM` (see [`RawSql::rows`]).
+    pub fn int_rows(self, alias: &str, columns: &[&str], rows: &[Vec<i64>]) -> Self {
+        let rows: Vec<Vec<Value<'_>>> = rows
+            .iter()
+            .map(|row| row.iter().map(|&v| Value::Int(v)).collect())
+            .collect();
+        self.rows(alias, columns, &rows)
+    }
+
+    /// Appends a table of rows named `alias` with the given `columns`, for a join in `FROM`:
+    /// `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`, each
+    /// value bound. Both engines name a VALUES list's columns `column1`, `column2`, …;
+    /// neither spells a column alias list on it the same way. Every row has one value per
+    /// column, of the same kind in every row, and there is at least one row.
+    pub fn rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<Value<'_>>]) -> Self {
         debug_assert!(!rows.is_empty(), "an empty VALUES list");
         self.sized_by_a_list |= rows.len() > 1;
         let names: Vec<String> = (1..=columns.len())
@@ -112,10 +129,17 @@ impl RawSql {
         self.push_text(&format!("(SELECT {} FROM (VALUES ", names.join(", ")));
         for (i, row) in rows.iter().enumerate() {
             debug_assert_eq!(row.len(), columns.len(), "one value per column");
-            if i > 0 {
-                self.push_text(", ");
+            self.push_text(if i > 0 { ", (" } else { "(" });
+            for (j, value) in row.iter().enumerate() {
+                if j > 0 {
+                    self.push_text(", ");
+                }
+                self = match value {
+                    Value::Int(v) => self.int(*v),
+                    Value::Text(v) => self.text(v),
+                };
             }
-            self = self.int_list(row);
+            self.push_text(")");
         }
         self.push_text(&format!(") AS v) AS {alias}"));
         self

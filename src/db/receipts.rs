@@ -28,19 +28,18 @@ pub fn record_change(
     from_msg_id: MsgId,
     to_msg_id: MsgId,
 ) -> QueryResult<()> {
-    record_changes(conn, reader_id, &[(group_id, from_msg_id, to_msg_id)])
+    record_changes(conn, &[(reader_id, group_id, from_msg_id, to_msg_id)])
 }
 
-/// [`record_change`] for several groups of one reader, in one statement per 500 groups.
+/// [`record_change`] for several readers and groups, in one statement per 500 ranges.
 pub fn record_changes(
     conn: &mut AnyConnection,
-    reader_id: &str,
-    ranges: &[(GroupId, MsgId, MsgId)],
+    ranges: &[(&str, GroupId, MsgId, MsgId)],
 ) -> QueryResult<()> {
     let created_at = now_utc();
     let rows: Vec<NewReceiptEvent> = ranges
         .iter()
-        .map(|&(group_id, from, to)| NewReceiptEvent {
+        .map(|&(reader_id, group_id, from, to)| NewReceiptEvent {
             group_id: group_id.0,
             reader_id,
             from_msg_id: from.0,

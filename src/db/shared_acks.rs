@@ -1,27 +1,28 @@
-//! Acks that arrive together share one statement (PostgreSQL): one round trip, one commit
-//! and one flush for acks of many users, where each alone would pay its own. Acks of
-//! different users touch different rows, so unlike sends they do not queue behind each
-//! other's locks; what they share is the statement's cost and the commit's.
+//! Acking: the one operation every ack takes, whatever the engine. Acks that arrive together
+//! share one transaction on PostgreSQL (see [`super::shared_commits`]): one commit and one
+//! flush for acks of many users, where each alone would pay its own. Acks of different users
+//! touch different rows, so unlike sends they do not queue behind each other's locks; what
+//! they share is the commit.
 //!
 //! The acks queue in a few lanes (a user's acks always in the same one), each with one task
-//! that drains it (see [`super::shared_statement`]); the task stores each batch with
-//! [`super::ack_statement::ack`]. A lone ack goes at once. A batch never carries one
-//! membership twice (two devices of one user acking one group at once): the later request
-//! waits for the next statement. A request the statement leaves out (a refusal, a group
-//! named twice, a member row another write holds or changed) answers None, and its caller
-//! takes the general path, which decides it alone.
+//! that drains it. A lone ack goes at once. A batch never carries one membership twice (two
+//! devices of one user acking one group at once): the later request waits for the next
+//! transaction. [`super::cursors::ack_requests`] decides each request's answer; it is the same
+//! code for a batch of one.
 
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use diesel::{PgConnection, QueryResult};
+use diesel::QueryResult;
 
-use super::ack_statement::{self, AcksOf, MembershipsTaken};
-use super::cursors::CursorState;
+use super::cursors::{ack_requests, ack_requests_beside_busy, AcksOf, CursorState};
 use super::error::DbError;
-use super::shared_statement::{SharedStatements, SharedWork};
+use super::shared_commits::{Answered, SharedCommits, SharedWork};
+use super::AnyConnection;
+use crate::db::access::Refusal;
 use crate::wake::Wakes;
 
-/// How many statements of acks one instance runs at once. Each lane's statements run one
+/// How many transactions of acks one instance runs at once. Each lane's transactions run one
 /// after another on one connection, so lanes let PostgreSQL use more than one core for acks
 /// under load; fewer lanes make bigger batches. Two suits the two-core machines Chorus is
 /// measured on; an instance on a bigger machine gains little from more, since its acks are
@@ -29,7 +30,7 @@ use crate::wake::Wakes;
 pub const ACK_LANES: u64 = 2;
 
 /// The ack queues of one instance, shared by all its workers.
-pub type SharedAcks = SharedStatements<Acks>;
+pub type SharedAcks = SharedCommits<Acks>;
 
 /// Requests of acks, queued by lane.
 pub struct Acks;
@@ -42,9 +43,6 @@ impl SharedWork for Acks {
 
     /// Oldest first, as many requests as fit: no membership twice, at most `limit` acks
     /// (group entries) in all, except that the oldest request goes however many it holds.
-    /// (The statement joins its acks with each other a few times, in plans made for a
-    /// handful of rows, so its cost grows faster than its size: many small statements in
-    /// turn beat one large one.)
     fn choose(waiting: &[&AcksOf], limit: usize) -> Vec<usize> {
         let mut taken = MembershipsTaken::default();
         let mut acks = 0;
@@ -53,8 +51,6 @@ impl SharedWork for Acks {
             if acks >= limit {
                 break;
             }
-            // The oldest goes whatever it names (the statement leaves out a request that
-            // names a group twice, and its caller takes the general path).
             let fits = acks + request.acks.len() <= limit && taken.take(request);
             if chosen.is_empty() || fits {
                 acks += request.acks.len();
@@ -65,23 +61,51 @@ impl SharedWork for Acks {
     }
 
     fn store(
-        conn: &mut PgConnection,
+        conn: &mut AnyConnection,
         _lane: u64,
         requests: &[AcksOf],
         wakes: &mut Wakes,
-    ) -> QueryResult<(usize, Vec<Option<Vec<CursorState>>>)> {
-        ack_statement::ack(conn, requests, wakes)
+    ) -> QueryResult<Vec<Answered<Acks>>> {
+        ack_requests(conn, requests, wakes)
+    }
+
+    /// A request naming a membership another write holds (a send of that member's, a
+    /// removal) goes alone after the batch, rather than hold up the acks beside it.
+    fn store_several(
+        conn: &mut AnyConnection,
+        _lane: u64,
+        requests: &[AcksOf],
+        wakes: &mut Wakes,
+    ) -> QueryResult<Vec<Option<Answered<Acks>>>> {
+        ack_requests_beside_busy(conn, requests, wakes)
+    }
+}
+
+/// The memberships of the requests chosen so far for one transaction.
+#[derive(Default)]
+struct MembershipsTaken<'a>(HashSet<(&'a str, i64)>);
+
+impl<'a> MembershipsTaken<'a> {
+    /// Whether the request can join the transaction: none of its memberships is taken. If
+    /// so, its memberships are taken now.
+    fn take(&mut self, request: &'a AcksOf) -> bool {
+        let user = request.user_id.as_str();
+        let free = request
+            .acks
+            .iter()
+            .all(|a| !self.0.contains(&(user, a.group_id)));
+        if free {
+            self.0
+                .extend(request.acks.iter().map(|a| (user, a.group_id)));
+        }
+        free
     }
 }
 
 impl SharedAcks {
-    /// The request's cursor states once committed, one per ack in its order; None when the
-    /// general path must take it: the engine has no such statement, or the statement left
-    /// it out.
-    pub async fn ack(&self, request: AcksOf) -> Result<Option<Vec<CursorState>>, DbError> {
-        if request.memberships().is_none() {
-            return Ok(None);
-        }
+    /// The request's cursor states once committed, one per ack in its order, or why it was
+    /// refused (nothing of it written).
+    pub async fn ack(&self, request: AcksOf) -> Result<Result<Vec<CursorState>, Refusal>, DbError> {
         let mut hasher = DefaultHasher::new();
         request.user_id.hash(&mut hasher);
         self.submit(hasher.finish() % ACK_LANES, request).await

@@ -1,55 +1,90 @@
-//! Plain sends to one group that arrive together share one transaction (PostgreSQL): one
-//! hold of the group's lock, one commit, one range of ids, where each send alone would hold
-//! the lock through a commit of its own and the group's senders would queue behind it.
-//!
-//! Each group with sends in flight has a queue and one task that drains it (see
-//! [`super::shared_statement`]); the task stores each batch with
-//! [`super::plain_send::store_together`]. A send the statement leaves out (a refusal, a
-//! repeat of a `client_msg_id`) answers None, and its caller takes the general path, which
-//! finds a repeat by its `client_msg_id`. Another instance's sends to the same group take
-//! the group's lock in turn, so ids stay contiguous.
+//! Sending: the one operation every send takes, whatever the engine. Entries to one group
+//! that arrive together share one transaction on PostgreSQL (see [`super::shared_commits`]):
+//! one hold of the group's lock, one commit, one range of ids, where each send alone would
+//! hold the lock through a commit of its own and the group's senders would queue behind it.
+//! [`super::messages::send_entries`] decides each entry's answer; it is the same code for a
+//! batch of one. Another instance's sends to the same group take the group's lock in turn,
+//! so ids stay contiguous.
 
-use diesel::{PgConnection, QueryResult};
+use diesel::QueryResult;
 
+use super::entry_refs::{load_refs, refs_of_new, EntryRefs};
 use super::error::DbError;
-use super::models::MessageRow;
-use super::plain_send::{store_together, PlainMessage};
-use super::shared_statement::{SharedStatements, SharedWork};
+use super::message_changes::ChangeWindows;
+use super::messages::{send_entries, stored_mentions, NewEntry, SendOutcome, UserEntry};
+use super::shared_commits::{Answered, SharedCommits, SharedWork};
+use super::AnyConnection;
+use crate::db::access::Refusal;
 use crate::domain::GroupId;
 use crate::wake::Wakes;
 
 /// The send queues of one instance, shared by all its workers.
-pub type SharedSends = SharedStatements<PlainSends>;
+pub type SharedSends = SharedCommits<Sends>;
 
-/// Plain messages, queued by group.
-pub struct PlainSends;
+/// Entries to append, queued by group.
+pub struct Sends;
 
-impl SharedWork for PlainSends {
+/// An entry to append, with the change windows in force.
+pub struct QueuedEntry {
+    pub entry: NewEntry,
+    pub windows: ChangeWindows,
+}
+
+/// A stored entry, or the original of a repeat, with what it points at as it is now.
+pub type SentEntry = (SendOutcome, EntryRefs);
+
+impl SharedWork for Sends {
     type Key = GroupId;
-    type Item = PlainMessage;
-    type Answer = MessageRow;
+    type Item = QueuedEntry;
+    type Answer = SentEntry;
     const WHAT: &'static str = "send";
 
     fn store(
-        conn: &mut PgConnection,
+        conn: &mut AnyConnection,
         group_id: GroupId,
-        messages: &[PlainMessage],
+        entries: &[QueuedEntry],
         wakes: &mut Wakes,
-    ) -> QueryResult<(usize, Vec<Option<MessageRow>>)> {
-        let rows = store_together(conn, group_id, messages, wakes)?;
-        let writes = rows.iter().filter(|r| r.is_some()).count();
-        Ok((writes, rows))
+    ) -> QueryResult<Vec<Answered<Sends>>> {
+        let Some(first) = entries.first() else {
+            return Ok(Vec::new());
+        };
+        let sends: Vec<NewEntry> = entries.iter().map(|e| e.entry.clone()).collect();
+        let sent = send_entries(conn, group_id, &sends, first.windows, wakes)?;
+        // The author sees what their entry points at as they wrote it.
+        sent.into_iter()
+            .zip(&sends)
+            .map(|(outcome, send)| {
+                Ok(match outcome {
+                    Ok(SendOutcome::Created(row)) => {
+                        let mentioned = match &send.entry {
+                            UserEntry::Message(draft) => {
+                                stored_mentions(&row.sender_id, &draft.mentions)
+                            }
+                            UserEntry::Change { .. } => Vec::new(),
+                        };
+                        let refs = refs_of_new(conn, &row, mentioned)?;
+                        Ok((SendOutcome::Created(row), refs))
+                    }
+                    Ok(SendOutcome::Existing(row)) => {
+                        let refs = load_refs(conn, group_id.0, std::slice::from_ref(&row))?;
+                        Ok((SendOutcome::Existing(row), refs))
+                    }
+                    Err(refusal) => Err(refusal),
+                })
+            })
+            .collect()
     }
 }
 
 impl SharedSends {
-    /// The message as stored, once committed; None when the general path must take it: the
-    /// engine has no such statement, or the statement left it out.
+    /// The entry as stored once committed (the original for a repeat), or why it was
+    /// refused.
     pub async fn send(
         &self,
         group_id: GroupId,
-        message: PlainMessage,
-    ) -> Result<Option<MessageRow>, DbError> {
-        self.submit(group_id, message).await
+        entry: NewEntry,
+        windows: ChangeWindows,
+    ) -> Result<Result<SentEntry, Refusal>, DbError> {
+        self.submit(group_id, QueuedEntry { entry, windows }).await
     }
 }

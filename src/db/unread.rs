@@ -22,10 +22,12 @@
 //! The SQL fragments below are scalar subqueries over the current `group_members` row, for any
 //! query whose FROM names that table without an alias.
 
+use std::collections::HashMap;
+
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::raw_sql::RawSql;
+use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 
 /// Entries above the member's read cursor that never count as unread.
@@ -92,40 +94,49 @@ pub struct AboveRead {
     pub mentions: i64,
 }
 
-/// The entries above one member's read cursor that the unread rule skips, and their unread
-/// mentions, with each group's last entry, in each of several groups, as the membership rows
-/// stand now (inside a write: after their update). One query, by group.
-pub fn above_read_in_groups(
+/// The entries above each (group, user) member's read cursor that the unread rule skips, and
+/// their unread mentions, with the group's last entry, as the membership rows stand now
+/// (inside a write: after their update). One query, by pair.
+pub fn above_read(
     conn: &mut AnyConnection,
-    group_ids: &[i64],
-    user_id: &str,
-) -> QueryResult<Vec<(i64, AboveRead)>> {
+    pairs: &[(i64, &str)],
+) -> QueryResult<HashMap<(i64, String), AboveRead>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
         group_id: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        user_id: String,
         #[diesel(embed)]
         above: AboveRead,
     }
-    if group_ids.is_empty() {
-        return Ok(Vec::new());
+    if pairs.is_empty() {
+        return Ok(HashMap::new());
     }
+    let rows: Vec<Vec<Value<'_>>> = pairs
+        .iter()
+        .map(|&(group_id, user_id)| vec![Value::Int(group_id), Value::Text(user_id)])
+        .collect();
     let query = RawSql::default()
         .sql(&format!(
-            "SELECT group_members.group_id, groups.last_msg_id, \
+            "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
                     group_members.own_msgs_after_read, \
                     CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
                     CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
-             FROM group_members JOIN groups ON groups.group_id = group_members.group_id \
-             WHERE group_members.user_id = "
+             FROM "
         ))
-        .text(user_id)
-        .sql(" AND group_members.group_id IN ")
-        .int_list(group_ids)
-        // Kept for one group (the ack of one group), whose text is the same every time.
+        .rows("t", &["g", "u"], &rows)
+        .sql(
+            " JOIN group_members ON group_members.group_id = t.g AND group_members.user_id = t.u \
+             JOIN groups ON groups.group_id = group_members.group_id",
+        )
+        // Kept for one membership (the ack of one group), whose text is the same every time.
         .keep_prepared();
-    let rows: Vec<Row> = query.load(conn)?;
-    Ok(rows.into_iter().map(|r| (r.group_id, r.above)).collect())
+    let found: Vec<Row> = query.load(conn)?;
+    Ok(found
+        .into_iter()
+        .map(|r| ((r.group_id, r.user_id), r.above))
+        .collect())
 }
 
 #[cfg(test)]

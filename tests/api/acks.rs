@@ -20,8 +20,8 @@ on_both_engines!(
 );
 
 on_postgres!(
-    on_postgres_an_ack_is_one_statement_that_writes_all_its_effects,
-    on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_the_general_path,
+    on_postgres_an_ack_writes_its_effects_in_one_transaction_one_statement_per_table,
+    on_postgres_an_ack_the_database_fails_answers_an_error_moves_nothing_and_lands_on_retry,
     on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_counts_it_once,
 );
 
@@ -309,8 +309,7 @@ async fn a_login_sync_leaves_every_group_as_acking_them_one_by_one_would(app: Te
         one_by_one.push(r.body);
     }
 
-    // Erin's phone sends the same acks in two requests, each naming a group once (on
-    // PostgreSQL, one statement each; a batch naming a group twice takes the general path).
+    // Erin's phone sends the same acks in two requests, each naming a group once.
     let mut erins_acks = login_sync(&erins);
     let second = erins_acks.split_off(5);
     let first = app
@@ -472,8 +471,8 @@ async fn a_users_devices_acking_the_same_groups_in_opposite_orders_at_once_all_s
         assert_eq!(receipts.body["read_count"], 1);
     }
     if app.engine == Engine::Postgres {
-        // A deadlock would not show in the answers (the one-statement ack that lost it goes
-        // to the general path), only in the database's statistics, which each connection
+        // A deadlock would not show in the answers (a shared transaction that lost it
+        // stores each of its acks again alone), only in the database's statistics, which each connection
         // reports within about ten seconds of going idle (PostgreSQL 15).
         tokio::time::sleep(std::time::Duration::from_secs(15)).await;
         let deadlocks = app
@@ -532,18 +531,24 @@ async fn writes_since(app: &TestApp) -> Writes {
     }
 }
 
-/// Writes to `tables` by one statement.
-fn in_one_statement(tables: &[&str]) -> Writes {
+/// Rows written to `tables` (a table once per row) in one transaction, by one statement per
+/// table.
+fn one_statement_per_table(tables: &[&str]) -> Writes {
     let mut tables: Vec<String> = tables.iter().map(|t| t.to_string()).collect();
     tables.sort();
+    let mut distinct = tables.clone();
+    distinct.dedup();
     Writes {
         transactions: usize::from(!tables.is_empty()),
-        statements: usize::from(!tables.is_empty()),
+        statements: distinct.len(),
         tables,
     }
 }
 
-async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
+/// An ack's writes are set-based: however many groups a request names, one transaction
+/// writes each table the ack touches with one statement. A trigger of the test's own notes
+/// each row written, with its transaction and statement.
+async fn on_postgres_an_ack_writes_its_effects_in_one_transaction_one_statement_per_table() {
     let app = spawn_app(Engine::Postgres).await;
     let mut groups = Vec::new();
     for _ in 0..3 {
@@ -575,9 +580,9 @@ async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
         "member_events",
         "receipt_events",
     ];
-    assert_eq!(writes_since(&app).await, in_one_statement(&effects));
+    assert_eq!(writes_since(&app).await, one_statement_per_table(&effects));
 
-    // Several groups in one request: still one statement.
+    // Several groups in one request: still one statement per table.
     let batch = app
         .ack_many(
             "bob#bob-phone",
@@ -589,7 +594,7 @@ async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
         .await;
     assert_eq!(batch.status, 200, "{:?}", batch.body);
     let twice: Vec<&str> = effects.iter().flat_map(|t| [*t, *t]).collect();
-    assert_eq!(writes_since(&app).await, in_one_statement(&twice));
+    assert_eq!(writes_since(&app).await, one_statement_per_table(&twice));
     let results = batch.body["results"].as_array().expect("results");
     assert_eq!(results[0]["group_id"], groups[2], "in request order");
     assert!(results.iter().all(|r| r["unread_count"] == 0));
@@ -601,7 +606,7 @@ async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
     assert_eq!(r.body["unread_count"], 0);
     assert_eq!(
         writes_since(&app).await,
-        in_one_statement(&["group_members", "member_events", "receipt_events"])
+        one_statement_per_table(&["group_members", "member_events", "receipt_events"])
     );
 
     // An ack that moves nothing writes nothing; a refused one writes nothing either.
@@ -616,10 +621,10 @@ async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
         .ack("bob", groups[0], json!({"last_ack_msg_id": 3}))
         .await;
     assert_eq!(beyond.status, 422);
-    assert_eq!(writes_since(&app).await, in_one_statement(&[]));
+    assert_eq!(writes_since(&app).await, one_statement_per_table(&[]));
 
-    // A batch naming a group twice takes the general path, one transaction of several
-    // statements; the notes tell the two apart.
+    // A batch naming a group twice acks it twice, one after the other: still one
+    // transaction, and the member's row written once by each.
     app.send_ok("alice", groups[1], "three").await;
     writes_since(&app).await;
     let repeat = app
@@ -635,67 +640,66 @@ async fn on_postgres_an_ack_is_one_statement_that_writes_all_its_effects() {
     assert_eq!(repeat.body["results"][1]["last_read_msg_id"], 3);
     let writes = writes_since(&app).await;
     assert_eq!(writes.transactions, 1, "{writes:?}");
-    assert!(writes.statements > 1, "{writes:?}");
+    let member_rows = writes.tables.iter().filter(|t| *t == "group_members");
+    assert_eq!(member_rows.count(), 2, "{writes:?}");
 }
 
-/// The test's trigger refuses a receipt change written by a statement that also moves a
-/// member's cursors (as the one-statement ack does, and no statement of the general path),
-/// counting each refusal in a sequence (which no rollback undoes), with the message and code
-/// of its one-row table.
-const REFUSE_LONE_STATEMENTS: &str = "CREATE SEQUENCE lone_refusals; \
+/// The test's trigger refuses every receipt change with the message and code of its one-row
+/// table, as a constraint, a bug or a statement out of time might, counting the refusals in a
+/// sequence (which no rollback undoes).
+const REFUSE_RECEIPT_CHANGES: &str = "CREATE SEQUENCE refusals; \
      CREATE TABLE refuse_as (message text, code text); \
      INSERT INTO refuse_as VALUES ('refused by the test', 'P0001'); \
-     CREATE FUNCTION refuse_lone() RETURNS trigger LANGUAGE plpgsql AS $$ \
+     CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
        DECLARE how refuse_as%ROWTYPE; BEGIN \
-         IF current_query() ILIKE '%UPDATE group_members%' THEN \
-           PERFORM nextval('lone_refusals'); \
-           SELECT * INTO how FROM refuse_as; \
-           RAISE EXCEPTION USING MESSAGE = how.message, ERRCODE = how.code; \
-         END IF; \
-         RETURN NEW; END $$; \
-     CREATE TRIGGER refuse_lone BEFORE INSERT ON receipt_events \
-       FOR EACH ROW EXECUTE FUNCTION refuse_lone();";
+         PERFORM nextval('refusals'); \
+         SELECT * INTO how FROM refuse_as; \
+         RAISE EXCEPTION USING MESSAGE = how.message, ERRCODE = how.code; \
+       END $$; \
+     CREATE TRIGGER refuse BEFORE INSERT ON receipt_events \
+       FOR EACH ROW EXECUTE FUNCTION refuse();";
 
-async fn lone_refusals(app: &TestApp) -> Vec<String> {
+async fn refusals(app: &TestApp) -> Vec<String> {
     app.postgres_values(
-        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END::text AS value \
-         FROM lone_refusals",
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END::text AS value FROM refusals",
     )
     .await
 }
 
-async fn on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_the_general_path() {
+/// An ack whose write the database refuses answers an error and leaves every cursor where it
+/// was (a 500 for an error of the database's own, a 503 when it ran out of time, so the
+/// client retries); once the database is back, the same ack lands, once.
+async fn on_postgres_an_ack_the_database_fails_answers_an_error_moves_nothing_and_lands_on_retry() {
     let app = spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;
     app.send_ok("alice", group, "one").await;
     app.send_ok("alice", group, "two").await;
-    app.run_postgres_sql(REFUSE_LONE_STATEMENTS).await;
+    app.run_postgres_sql(REFUSE_RECEIPT_CHANGES).await;
 
-    // As a deadlock or a constraint might: the one statement fails, the general path acks.
-    let r = app
+    let refused = app
         .ack(
             "bob#bob-phone",
             group,
             json!({"last_ack_msg_id": 2, "last_read_msg_id": 1}),
         )
         .await;
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    assert_eq!(r.body["last_read_msg_id"], 1);
+    assert_eq!(refused.status, 500, "{:?}", refused.body);
     assert_eq!(
-        lone_refusals(&app).await,
-        vec!["1"],
-        "the statement was tried"
+        refused.body["error"]["code"], "internal",
+        "{:?}",
+        refused.body
     );
-    let receipts = app.message_receipts("alice", group, 1, "").await;
-    assert_eq!(receipts.body["read_count"], 1);
-    let changes = app
-        .postgres_values(
-            "SELECT count(*)::text AS value FROM receipt_events WHERE reader_id = 'bob'",
-        )
-        .await;
-    assert_eq!(changes, vec!["1"], "the receipt change recorded once");
+    assert_eq!(refusals(&app).await, vec!["1"], "the write was tried once");
+    let mine = app.my_groups("bob#bob-phone", "").await;
+    assert_eq!(
+        mine.body["groups"][0]["last_read_msg_id"], 0,
+        "nothing moved"
+    );
+    assert_eq!(
+        mine.body["groups"][0]["last_ack_msg_id"], 0,
+        "nothing moved"
+    );
 
-    // A statement that runs out of time would for the general path too: 503, nothing moved.
     app.run_postgres_sql(
         "UPDATE refuse_as SET message = 'canceling statement due to statement timeout', \
          code = '57014'",
@@ -705,15 +709,15 @@ async fn on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_t
         .ack("bob#bob-phone", group, json!({"last_ack_msg_id": 2}))
         .await;
     assert_eq!(timed_out.status, 503, "{:?}", timed_out.body);
-    assert_eq!(lone_refusals(&app).await, vec!["2"]);
+    assert_eq!(refusals(&app).await, vec!["2"]);
     let mine = app.my_groups("bob#bob-phone", "").await;
     assert_eq!(
-        mine.body["groups"][0]["last_read_msg_id"], 1,
+        mine.body["groups"][0]["last_read_msg_id"], 0,
         "nothing moved"
     );
 
     // The client retries once the database is back.
-    app.run_postgres_sql("DROP TRIGGER refuse_lone ON receipt_events")
+    app.run_postgres_sql("DROP TRIGGER refuse ON receipt_events")
         .await;
     let retried = app
         .ack("bob#bob-phone", group, json!({"last_ack_msg_id": 2}))
@@ -721,6 +725,14 @@ async fn on_postgres_an_ack_whose_statement_the_database_refuses_is_applied_by_t
     assert_eq!(retried.status, 200, "{:?}", retried.body);
     assert_eq!(retried.body["last_read_msg_id"], 2);
     assert_eq!(retried.body["unread_count"], 0);
+    let receipts = app.message_receipts("alice", group, 2, "").await;
+    assert_eq!(receipts.body["read_count"], 1);
+    let changes = app
+        .postgres_values(
+            "SELECT count(*)::text AS value FROM receipt_events WHERE reader_id = 'bob'",
+        )
+        .await;
+    assert_eq!(changes, vec!["1"], "the receipt change recorded once");
 }
 
 /// What an ack answers about what is left above the new read cursor: change entries never

@@ -1,5 +1,5 @@
 //! Acks of many users that arrive together share commits (on SQLite the writer lane's; on
-//! PostgreSQL one statement carries acks of several users), yet each request keeps its own
+//! PostgreSQL one transaction carries acks of several users), yet each request keeps its own
 //! answer and its own refusal, and none answers before its cursors are committed.
 //!
 //! The queue is made honestly: the test holds what every ack needs from a connection of its
@@ -25,7 +25,7 @@ on_both_engines!(
 
 on_postgres!(
     on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_beside_it,
-    on_postgres_a_shared_ack_statement_that_times_out_answers_503_to_each_and_moves_nothing,
+    on_postgres_a_shared_ack_transaction_that_times_out_answers_503_to_each_and_moves_nothing,
     on_postgres_an_ack_waiting_for_its_member_row_holds_none_of_its_devices_rows_meanwhile,
 );
 
@@ -206,7 +206,7 @@ async fn an_ack_refused_among_acks_arriving_together_fails_alone(app: TestApp) {
 
     let mut acks: Vec<Ack<'_>> = Vec::new();
     for (i, reader) in readers.iter().enumerate() {
-        // Interleaved with the refusals below, so they share statements with them.
+        // Interleaved with the refusals below, so they share transactions with them.
         acks.push(one(&app, reader, g1, json!({"last_ack_msg_id": 1 + i % 2})));
         match i {
             // Not a member of g1.
@@ -351,8 +351,9 @@ async fn on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_b
             (answer, std::time::Instant::now())
         }
     };
-    // The first half's acks hold up a statement in every lane; carol's, then the second
-    // half's, queue behind them, and go together once those are let go.
+    // The first half's acks hold up a transaction in every lane; carol's, then the second
+    // half's, queue behind them, and go together once those are let go: carol's is left out
+    // of that batch and waits alone for her row.
     let lanes = chorus::db::shared_acks::ACK_LANES as usize;
     let (first_half, second_half) = readers.split_at(readers.len() / 2);
     let (others_done, others_are_done) = tokio::sync::oneshot::channel();
@@ -398,10 +399,10 @@ async fn on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_b
     assert_eq!(first.body["read_count"], everyone.len());
 }
 
-/// An ack statement holds its member rows while it writes their devices' cursor rows. So an
-/// ack of the general path must take its member rows before any device cursor row: holding
-/// a phone's cursor while it waits for the member row, it would wait in a cycle with a
-/// statement holding that member row and waiting for the phone's cursor.
+/// An ack holds its member rows while it writes their devices' cursor rows. So every ack
+/// must take its member rows before any device cursor row: holding a phone's cursor while it
+/// waits for the member row, it would wait in a cycle with an ack holding that member row and
+/// waiting for the phone's cursor.
 async fn on_postgres_an_ack_waiting_for_its_member_row_holds_none_of_its_devices_rows_meanwhile() {
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;
@@ -421,7 +422,7 @@ async fn on_postgres_an_ack_waiting_for_its_member_row_holds_none_of_its_devices
         ))
         .await;
     // The phone catches up to two (its own cursor alone: bob had two), then receives three
-    // (bob's row moves). Naming the group twice, the request takes the general path.
+    // (bob's row moves), in one request naming the group twice.
     let phone_acks = app.ack_many(
         "bob#bob-phone",
         json!({"acks": [
@@ -473,7 +474,8 @@ const TIME_OUT_RECEIPT_CHANGES: &str = "CREATE SEQUENCE refused_statements; \
      CREATE TRIGGER time_out BEFORE INSERT ON receipt_events \
        FOR EACH ROW EXECUTE FUNCTION time_out();";
 
-async fn on_postgres_a_shared_ack_statement_that_times_out_answers_503_to_each_and_moves_nothing() {
+async fn on_postgres_a_shared_ack_transaction_that_times_out_answers_503_to_each_and_moves_nothing()
+{
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let readers = members("t", 12);
     let group = app.group_with("alice", &as_strs(&readers)).await;
@@ -509,7 +511,7 @@ async fn on_postgres_a_shared_ack_statement_that_times_out_answers_503_to_each_a
         .expect("a count");
     assert!(
         refused < readers.len(),
-        "{refused} statements for {} acks: none shared",
+        "{refused} refused writes for {} acks: none shared",
         readers.len()
     );
     for reader in &readers {

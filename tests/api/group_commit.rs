@@ -1,6 +1,6 @@
 //! Writes that queue while the database is busy share the next commit (on SQLite every write;
-//! on PostgreSQL the plain messages to one group), yet each keeps its own outcome, and none
-//! answers before its data is committed.
+//! on PostgreSQL the messages to one group, and the acks), yet each keeps its own outcome, and
+//! none answers before its data is committed.
 //!
 //! The queue is made honestly: the test holds the lock the writes need from a connection of
 //! its own (SQLite's write lock; on PostgreSQL the group's row, which every send to the group
@@ -25,10 +25,11 @@ on_both_engines!(
     messages_committed_together_move_each_senders_cursors_as_if_sent_one_by_one,
     a_member_removed_while_their_sends_wait_in_a_batch_has_none_stored,
     a_send_that_fails_the_database_fails_alone_and_the_others_of_its_batch_are_stored,
+    messages_of_every_kind_queued_together_share_commits_and_keep_their_kind,
 );
 on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
 on_both_engines!(with four_writes_per_commit: a_commit_never_carries_more_writes_than_the_limit);
-on_postgres!(on_postgres_a_failed_shared_statement_fails_all_its_sends_and_stores_none);
+on_postgres!(on_postgres_a_failed_shared_transaction_fails_all_its_sends_and_stores_none);
 
 /// How long the test holds the lock: long enough for the whole burst to queue, well inside
 /// SQLite's busy timeout (5 s) and PostgreSQL's statement timeout.
@@ -224,9 +225,9 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
             commits * 4.0 <= carried,
             "{commits} commits for {carried} writes"
         ),
-        // The new messages are plain, and shared commits; every other write (an ack, a
-        // repeat answered by the general path) is a transaction of its own. Typically the
-        // messages take two commits: the one that waited at the lock, and one for the rest.
+        // The new messages and their repeats share commits; every other write (an ack, a
+        // refused send) may be a transaction of its own. Typically the messages take two
+        // commits: the one that waited at the lock, and one for the rest.
         Engine::Postgres => {
             let others = carried - DISTINCT_SENDS as f64;
             let shared = commits - others;
@@ -360,11 +361,11 @@ async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
     );
 }
 
-/// On PostgreSQL the plain messages queued for a group are stored by one statement; when it
+/// On PostgreSQL the messages queued for a group are stored by one transaction; when it
 /// times out, here because the group's lock is held past the statement timeout, every send
 /// it carried answers 503 (alone, each would have waited the same) and none is stored, and
 /// each retry with the same `client_msg_id` then stores its message once, ids contiguous.
-async fn on_postgres_a_failed_shared_statement_fails_all_its_sends_and_stores_none() {
+async fn on_postgres_a_failed_shared_transaction_fails_all_its_sends_and_stores_none() {
     let app = crate::helpers::spawn_app_with(Engine::Postgres, |s| {
         s.statement_timeout_ms = 400;
     })
@@ -558,4 +559,89 @@ async fn a_send_that_fails_the_database_fails_alone_and_the_others_of_its_batch_
         .map(|m| m["content"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(contents, vec!["clean"; 7]);
+}
+
+/// Every kind of message is stored the same way: plain messages, messages with mentions, a
+/// reply and an edit queued together for a busy group share commits, take the ids after the
+/// message before them with none skipped, and each keeps what makes it what it is: the
+/// mentions count for the member mentioned, the reply points at its message, the edit changes
+/// the text it targets.
+async fn messages_of_every_kind_queued_together_share_commits_and_keep_their_kind(app: TestApp) {
+    let group = app.group_with("alice", &["bob", "carol"]).await;
+    let first = app.send_ok("alice", group, "first").await;
+    let (commits_before, writes_before) = app.commits_and_writes().await;
+
+    let lock = HeldLock::take(&app, group).await;
+    let bodies = [
+        ("alice", json!({"content": "plain 1"})),
+        (
+            "bob",
+            json!({"content": "@carol look", "mentions": ["carol"]}),
+        ),
+        ("alice", json!({"content": "plain 2"})),
+        (
+            "carol",
+            json!({"content": "answer", "reply_to_msg_id": first}),
+        ),
+        (
+            "bob",
+            json!({"content": "@carol again", "mentions": ["carol"]}),
+        ),
+        (
+            "alice",
+            json!({"kind": "edit", "target_msg_id": first, "content": "first, edited"}),
+        ),
+        ("alice", json!({"content": "plain 3"})),
+    ];
+    let app_ref = &app;
+    let (sent, _) = lock
+        .release_after(
+            HOLD,
+            join_all(
+                bodies
+                    .iter()
+                    .map(|(user, body)| app_ref.send_entry(user, group, body.clone())),
+            ),
+        )
+        .await;
+    for reply in &sent {
+        assert_eq!(reply.status, 201, "{:?}", reply.body);
+    }
+    let mut ids: Vec<i64> = sent
+        .iter()
+        .filter_map(|r| r.body["msg_id"].as_i64())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (first + 1..=first + 7).collect::<Vec<_>>());
+
+    let (commits, writes) = app.commits_and_writes().await;
+    let (commits, writes) = (commits - commits_before, writes - writes_before);
+    assert!(writes >= 7.0, "the seven sends were committed: {writes}");
+    assert!(
+        commits < writes,
+        "the queued messages shared commits: {commits} commits for {writes} writes"
+    );
+
+    let listed = app.my_groups("carol", "").await;
+    assert_eq!(
+        listed.body["groups"][0]["unread_mention_count"], 2,
+        "{:?}",
+        listed.body
+    );
+    for (k, (_, body)) in bodies.iter().enumerate() {
+        let id = sent[k].body["msg_id"].as_i64().expect("msg_id");
+        if body.get("mentions").is_some() {
+            assert_eq!(app.stored_mention_rows(group, id).await, vec!["carol"]);
+        } else {
+            assert!(app.stored_mention_rows(group, id).await.is_empty());
+        }
+    }
+    let page = app.list_messages("bob", group, "?after_msg_id=0").await;
+    let messages = page.body["messages"].as_array().expect("messages");
+    let by_id = |id: i64| messages.iter().find(|m| m["msg_id"] == id).cloned();
+    let original = by_id(first).expect("the first message");
+    assert_eq!(original["content"], "first, edited", "{original}");
+    let reply_id = sent[3].body["msg_id"].as_i64().expect("msg_id");
+    let reply = by_id(reply_id).expect("the reply");
+    assert_eq!(reply["reply_to_msg_id"], first, "{reply}");
 }

@@ -501,7 +501,7 @@ async fn on_postgres_a_read_waiting_for_the_phones_badge_counts_a_message_that_a
              WHERE device_id = 'phone' AND group_id = {group}"
         ))
         .await;
-    // Naming the group twice, the request takes the general path (one transaction).
+    // Naming the group twice, the request acks it twice, one after the other.
     let read = app.ack_many(
         "bob#phone",
         json!({"acks": [

@@ -1,8 +1,8 @@
-//! What every send keeps, whichever way the server stores it. On PostgreSQL a plain message
-//! (text, perhaps `ext`) is stored by one statement and everything else by the general path,
-//! which also answers every refusal and every repeat of a `client_msg_id`; these scenarios
-//! mix the two kinds in one group, race them, repeat them across kinds and refuse them, and
-//! check that ids stay contiguous, each message is stored once, and the answers are the same.
+//! What every send keeps, whatever it carries. Plain messages (text, perhaps `ext`) and rich
+//! ones (mentions, replies) go the same way but differ in what they write beside the message;
+//! these scenarios mix the kinds in one group, race them, repeat them across kinds and refuse
+//! them, and check that ids stay contiguous, each message is stored once, and the answers are
+//! the same.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +13,6 @@ use serde_json::{json, Value};
 use crate::endpoints::msg_ids;
 use crate::helpers::{TestApp, TestResponse};
 use crate::on_both_engines;
-use crate::on_postgres;
 use crate::support::engine::Engine;
 
 on_both_engines!(
@@ -23,7 +22,6 @@ on_both_engines!(
     a_member_removed_while_sending_has_nothing_stored_after_the_removal,
     plain_sends_move_the_senders_cursors_and_the_chat_list,
 );
-on_postgres!(on_postgres_a_plain_message_is_stored_by_one_statement);
 
 /// The k-th distinct message of a racing sender, alternately plain and not.
 fn body_of(sender: &str, k: usize) -> Value {
@@ -320,59 +318,4 @@ async fn plain_sends_move_the_senders_cursors_and_the_chat_list(app: TestApp) {
     assert_eq!(stored_entries(&pull), Vec::<Value>::new());
     let bobs = app.list_messages("bob", busy, "?after_msg_id=1").await;
     assert_eq!(stored_entries(&bobs).len(), 2);
-}
-
-/// On PostgreSQL a plain message is stored by the one-statement function and a message that
-/// mentions someone is not; counted by PostgreSQL's own function statistics, switched on for
-/// the test's database before a second instance opens its connections.
-async fn on_postgres_a_plain_message_is_stored_by_one_statement() {
-    let app = crate::helpers::spawn_app(Engine::Postgres).await;
-    let group = app.group_with("alice", &["bob"]).await;
-    app.run_postgres_sql(
-        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', \
-         current_database()); END $$",
-    )
-    .await;
-    let counting = app.second_instance().await;
-    let via = app.via(&counting);
-    for k in 0..3 {
-        via.send_ok("alice", group, &format!("plain {k}")).await;
-    }
-    let rich = json!({"content": "@bob", "mentions": ["bob"]});
-    assert_eq!(via.send_entry("alice", group, rich).await.status, 201);
-
-    // A backend reports its counts when idle, within about ten seconds.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut calls = 0;
-    while std::time::Instant::now() < deadline {
-        calls = function_calls(&app, "chorus_send_messages").await;
-        if calls >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(
-        calls, 3,
-        "the three plain messages were stored by the function"
-    );
-    // Each connection reports on its own schedule: once every one has had its turn, the
-    // message with a mention must not have been counted.
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    assert_eq!(
-        function_calls(&app, "chorus_send_messages").await,
-        3,
-        "the message with a mention took the general path"
-    );
-}
-
-async fn function_calls(app: &TestApp, function: &str) -> i64 {
-    let query = format!(
-        "SELECT coalesce(sum(calls), 0)::text AS value FROM pg_stat_user_functions \
-         WHERE funcname = '{function}'"
-    );
-    let values = app.postgres_values(&query).await;
-    values
-        .first()
-        .and_then(|v| v.parse().ok())
-        .expect("a count of calls")
 }
