@@ -7,6 +7,8 @@
 //! each connection keeps it prepared, keyed by its text. On SQLite, parsing and planning a
 //! one-row write costs more than running it.
 
+use std::borrow::Cow;
+
 use chrono::NaiveDateTime;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::RunQueryDsl;
@@ -28,23 +30,72 @@ pub enum Value<'a> {
     Text(&'a str),
 }
 
+/// A piece of a statement, in order.
+enum Segment {
+    Text(String),
+    Bind(Bind),
+    Rows(Rows),
+}
+
+/// A table of rows written into the statement (see [`RawSql::rows`]), column by column.
+struct Rows {
+    alias: String,
+    columns: Vec<Column>,
+}
+
+struct Column {
+    name: String,
+    values: ColumnValues,
+    /// The values as a PostgreSQL array literal, bound as one text.
+    array_literal: String,
+}
+
+enum ColumnValues {
+    Ints(Vec<i64>),
+    Texts(Vec<String>),
+}
+
+impl ColumnValues {
+    fn len(&self) -> usize {
+        match self {
+            ColumnValues::Ints(v) => v.len(),
+            ColumnValues::Texts(v) => v.len(),
+        }
+    }
+}
+
+/// `{1,2,3}`.
+fn int_array(values: &[i64]) -> String {
+    let items: Vec<String> = values.iter().map(i64::to_string).collect();
+    format!("{{{}}}", items.join(","))
+}
+
+/// `{"a","b\"c"}`: every element quoted, its backslashes and quotes escaped.
+fn text_array(values: &[String]) -> String {
+    let items: Vec<String> = values
+        .iter()
+        .map(|v| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    format!("{{{}}}", items.join(","))
+}
+
 pub struct RawSql {
-    /// The text around the placeholders: one piece more than there are binds, the n-th
-    /// placeholder between piece n-1 and piece n.
-    pieces: Vec<String>,
-    binds: Vec<Bind>,
+    segments: Vec<Segment>,
     keep_prepared: bool,
-    /// Holds a list of more than one value: its text varies with the list's length.
+    /// Holds a list of more than one value whose text varies with the list's length on
+    /// every engine.
     sized_by_a_list: bool,
+    /// Holds a table of more than one row: its text varies with the row count on SQLite.
+    sized_by_rows: bool,
 }
 
 impl Default for RawSql {
     fn default() -> Self {
         RawSql {
-            pieces: vec![String::new()],
-            binds: Vec::new(),
+            segments: Vec::new(),
             keep_prepared: false,
             sized_by_a_list: false,
+            sized_by_rows: false,
         }
     }
 }
@@ -61,10 +112,11 @@ impl RawSql {
         self
     }
 
-    /// Keeps the statement prepared on each connection, unless it holds a list of more than
-    /// one value ([`RawSql::int_list`], [`RawSql::int_rows`]): each length would be a text of
-    /// its own, kept for the connection's lifetime. For a statement whose text is otherwise
-    /// the same on every call (its values all bound).
+    /// Keeps the statement prepared on each connection, unless its text varies with the
+    /// length of a list ([`RawSql::int_list`] of more than one value; on SQLite also
+    /// [`RawSql::rows`] of more than one row): each length would be a text of its own, kept
+    /// for the connection's lifetime. For a statement whose text is otherwise the same on
+    /// every call (its values all bound).
     pub fn keep_prepared(mut self) -> Self {
         self.keep_prepared = true;
         self
@@ -72,20 +124,21 @@ impl RawSql {
 
     /// Appends a placeholder for a text value and binds it.
     pub fn text(mut self, value: &str) -> Self {
-        self.binds.push(Bind::Text(value.to_owned()));
-        self.push_placeholder()
+        self.segments
+            .push(Segment::Bind(Bind::Text(value.to_owned())));
+        self
     }
 
     /// Appends a placeholder for an integer value and binds it.
     pub fn int(mut self, value: i64) -> Self {
-        self.binds.push(Bind::BigInt(value));
-        self.push_placeholder()
+        self.segments.push(Segment::Bind(Bind::BigInt(value)));
+        self
     }
 
     /// Appends a placeholder for a timestamp and binds it.
     pub fn time(mut self, value: NaiveDateTime) -> Self {
-        self.binds.push(Bind::Timestamp(value));
-        self.push_placeholder()
+        self.segments.push(Segment::Bind(Bind::Timestamp(value)));
+        self
     }
 
     /// Appends `(v1, v2, ...)`, a list for `IN`, binding each value. `values` must not be
@@ -114,47 +167,67 @@ impl RawSql {
         self.rows(alias, columns, &rows)
     }
 
-    /// Appends a table of rows named `alias` with the given `columns`, for a join in `FROM`:
-    /// `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`, each
-    /// value bound. Both engines name a VALUES list's columns `column1`, `column2`, …;
-    /// neither spells a column alias list on it the same way. Every row has one value per
-    /// column, of the same kind in every row, and there is at least one row.
+    /// Appends a table of rows named `alias` with the given `columns`, for a join in `FROM`.
+    /// On PostgreSQL it is `unnest($1::BIGINT[], $2::TEXT[]) AS alias(a, b)`, one array
+    /// bound per column, so the text is the same however many rows there are and the
+    /// statement stays prepared. On SQLite, which has no arrays, it is `(SELECT column1 AS
+    /// a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`, each value bound (both
+    /// engines name a VALUES list's columns `column1`, `column2`, …). Every row has one value
+    /// per column, of the same kind in every row, and there is at least one row.
     pub fn rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<Value<'_>>]) -> Self {
         debug_assert!(!rows.is_empty(), "an empty VALUES list");
-        self.sized_by_a_list |= rows.len() > 1;
-        let names: Vec<String> = (1..=columns.len())
-            .zip(columns)
-            .map(|(n, name)| format!("column{n} AS {name}"))
-            .collect();
-        self.push_text(&format!("(SELECT {} FROM (VALUES ", names.join(", ")));
-        for (i, row) in rows.iter().enumerate() {
-            debug_assert_eq!(row.len(), columns.len(), "one value per column");
-            self.push_text(if i > 0 { ", (" } else { "(" });
-            for (j, value) in row.iter().enumerate() {
-                if j > 0 {
-                    self.push_text(", ");
-                }
-                self = match value {
-                    Value::Int(v) => self.int(*v),
-                    Value::Text(v) => self.text(v),
+        self.sized_by_rows |= rows.len() > 1;
+        debug_assert!(
+            rows.iter().all(|r| r.len() == columns.len()),
+            "one value per column"
+        );
+        let columns = columns
+            .iter()
+            .enumerate()
+            .map(|(j, name)| {
+                let values = match rows.first().and_then(|r| r.get(j)) {
+                    Some(Value::Text(_)) => ColumnValues::Texts(
+                        rows.iter()
+                            .map(|r| match r.get(j) {
+                                Some(Value::Text(v)) => (*v).to_owned(),
+                                Some(Value::Int(v)) => v.to_string(),
+                                None => String::new(),
+                            })
+                            .collect(),
+                    ),
+                    _ => ColumnValues::Ints(
+                        rows.iter()
+                            .map(|r| match r.get(j) {
+                                Some(Value::Int(v)) => *v,
+                                _ => 0,
+                            })
+                            .collect(),
+                    ),
                 };
-            }
-            self.push_text(")");
-        }
-        self.push_text(&format!(") AS v) AS {alias}"));
+                let array_literal = match &values {
+                    ColumnValues::Ints(v) => int_array(v),
+                    ColumnValues::Texts(v) => text_array(v),
+                };
+                Column {
+                    name: (*name).to_owned(),
+                    values,
+                    array_literal,
+                }
+            })
+            .collect();
+        self.segments.push(Segment::Rows(Rows {
+            alias: alias.to_owned(),
+            columns,
+        }));
         self
     }
 
     fn push_text(&mut self, text: &str) {
-        if let Some(piece) = self.pieces.last_mut() {
-            piece.push_str(text);
+        if let Some(Segment::Text(last)) = self.segments.last_mut() {
+            last.push_str(text);
+        } else {
+            self.segments.push(Segment::Text(text.to_owned()));
         }
-    }
-
-    /// After a bind: its placeholder ends the current piece of text.
-    fn push_placeholder(mut self) -> Self {
-        self.pieces.push(String::new());
-        self
     }
 
     pub fn load<R>(self, conn: &mut AnyConnection) -> QueryResult<Vec<R>>
@@ -171,32 +244,119 @@ impl RawSql {
     /// The text as PostgreSQL reads it, placeholders numbered `$1`, `$2`, ….
     #[cfg(test)]
     pub fn as_text(&self) -> String {
+        self.rendered(true).0
+    }
+
+    /// The text as an engine reads it, placeholders as PostgreSQL numbers them, and how many
+    /// values are bound.
+    #[cfg(test)]
+    fn rendered(&self, postgres: bool) -> (String, usize) {
         let mut text = String::new();
-        for (n, piece) in self.pieces.iter().enumerate() {
-            if n > 0 {
-                text.push_str(&format!("${n}"));
+        let mut binds = 0;
+        self.render(postgres, |piece| match piece {
+            Piece::Sql(sql) => text.push_str(&sql),
+            Piece::Bind(_) | Piece::Int(_) | Piece::Text(_) => {
+                binds += 1;
+                text.push_str(&format!("${binds}"));
             }
-            text.push_str(piece);
+        });
+        (text, binds)
+    }
+
+    /// Walks the statement as PostgreSQL (`postgres`) or SQLite reads it, piece by piece.
+    fn render<'a>(&'a self, postgres: bool, mut emit: impl FnMut(Piece<'a>)) {
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => emit(Piece::Sql(Cow::Borrowed(text))),
+                Segment::Bind(bind) => emit(Piece::Bind(bind)),
+                Segment::Rows(rows) if postgres => rows.render_unnest(&mut emit),
+                Segment::Rows(rows) => rows.render_values(&mut emit),
+            }
         }
-        text
+    }
+}
+
+/// One piece of a rendered statement: text, or a value to bind.
+enum Piece<'a> {
+    Sql(Cow<'a, str>),
+    Bind(&'a Bind),
+    Int(&'a i64),
+    Text(&'a String),
+}
+
+impl Rows {
+    /// `unnest(CAST($1 AS BIGINT[]), CAST($2 AS TEXT[])) AS alias(a, b)`.
+    fn render_unnest<'a>(&'a self, emit: &mut impl FnMut(Piece<'a>)) {
+        emit(Piece::Sql("unnest(".into()));
+        for (j, column) in self.columns.iter().enumerate() {
+            emit(Piece::Sql(if j > 0 { ", CAST(" } else { "CAST(" }.into()));
+            emit(Piece::Text(&column.array_literal));
+            emit(Piece::Sql(
+                match column.values {
+                    ColumnValues::Ints(_) => " AS BIGINT[])",
+                    ColumnValues::Texts(_) => " AS TEXT[])",
+                }
+                .into(),
+            ));
+        }
+        let names: Vec<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+        emit(Piece::Sql(
+            format!(") AS {}({})", self.alias, names.join(", ")).into(),
+        ));
+    }
+
+    /// `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`.
+    fn render_values<'a>(&'a self, emit: &mut impl FnMut(Piece<'a>)) {
+        let names: Vec<String> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(j, c)| format!("column{} AS {}", j + 1, c.name))
+            .collect();
+        emit(Piece::Sql(
+            format!("(SELECT {} FROM (VALUES ", names.join(", ")).into(),
+        ));
+        let count = self.columns.first().map_or(0, |c| c.values.len());
+        for i in 0..count {
+            emit(Piece::Sql(if i > 0 { ", (" } else { "(" }.into()));
+            for (j, column) in self.columns.iter().enumerate() {
+                if j > 0 {
+                    emit(Piece::Sql(", ".into()));
+                }
+                match &column.values {
+                    ColumnValues::Ints(v) => emit(Piece::Int(&v[i])),
+                    ColumnValues::Texts(v) => emit(Piece::Text(&v[i])),
+                }
+            }
+            emit(Piece::Sql(")".into()));
+        }
+        emit(Piece::Sql(format!(") AS v) AS {}", self.alias).into()));
     }
 }
 
 impl QueryFragment<MultiBackend> for RawSql {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
-        if !self.keep_prepared || self.sized_by_a_list {
+        let postgres = matches!(out.backend(), MultiBackend::Postgresql(_));
+        let sized = self.sized_by_a_list || (self.sized_by_rows && !postgres);
+        if !self.keep_prepared || sized {
             out.unsafe_to_cache_prepared();
         }
-        for (n, piece) in self.pieces.iter().enumerate() {
-            out.push_sql(piece);
-            match self.binds.get(n) {
-                Some(Bind::Text(v)) => out.push_bind_param::<Text, _>(v)?,
-                Some(Bind::BigInt(v)) => out.push_bind_param::<BigInt, _>(v)?,
-                Some(Bind::Timestamp(v)) => out.push_bind_param::<Timestamp, _>(v)?,
-                None => {}
+        let mut result = Ok(());
+        self.render(postgres, |piece| {
+            if result.is_err() {
+                return;
             }
-        }
-        Ok(())
+            result = match piece {
+                Piece::Sql(sql) => {
+                    out.push_sql(&sql);
+                    Ok(())
+                }
+                Piece::Bind(Bind::Text(v)) | Piece::Text(v) => out.push_bind_param::<Text, _>(v),
+                Piece::Bind(Bind::BigInt(v)) | Piece::Int(v) => out.push_bind_param::<BigInt, _>(v),
+                Piece::Bind(Bind::Timestamp(v)) => out.push_bind_param::<Timestamp, _>(v),
+            };
+        });
+        result
     }
 }
 
@@ -225,23 +385,53 @@ mod tests {
             .int(3)
             .sql(" AND c = ")
             .text("x");
-        assert_eq!(q.as_text(), "SELECT 1 WHERE a = $1 AND b > $2 AND c = $3");
-        assert_eq!(q.binds.len(), 3);
+        let expected = "SELECT 1 WHERE a = $1 AND b > $2 AND c = $3".to_owned();
+        assert_eq!(q.rendered(true), (expected.clone(), 3));
+        assert_eq!(q.rendered(false), (expected, 3));
     }
 
     #[test]
-    fn integer_rows_become_a_named_table_of_placeholders() {
+    fn rows_are_a_values_list_on_sqlite_and_one_array_per_column_on_postgres() {
         let q = RawSql::default()
             .sql("SELECT t.a FROM ")
             .int_rows("t", &["a", "b"], &[vec![1, 2], vec![3, 4]])
             .sql(" WHERE t.a IN ")
             .int_list(&[1, 3]);
         assert_eq!(
-            q.as_text(),
-            "SELECT t.a FROM (SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ($3, $4)) \
-             AS v) AS t WHERE t.a IN ($5, $6)"
+            q.rendered(false),
+            (
+                "SELECT t.a FROM (SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), \
+                 ($3, $4)) AS v) AS t WHERE t.a IN ($5, $6)"
+                    .to_owned(),
+                6
+            )
         );
-        assert_eq!(q.binds.len(), 6);
+        assert_eq!(
+            q.rendered(true),
+            (
+                "SELECT t.a FROM unnest(CAST($1 AS BIGINT[]), CAST($2 AS BIGINT[])) AS t(a, b) \
+                 WHERE t.a IN ($3, $4)"
+                    .to_owned(),
+                4
+            )
+        );
+    }
+
+    #[test]
+    fn text_columns_are_quoted_array_elements() {
+        let rows = vec![
+            vec![Value::Int(1), Value::Text("plain")],
+            vec![Value::Int(2), Value::Text(r#"a "quoted" \ back,slash {}"#)],
+        ];
+        let q = RawSql::default().rows("t", &["g", "k"], &rows);
+        let Some(Segment::Rows(table)) = q.segments.first() else {
+            panic!("a table of rows");
+        };
+        assert_eq!(table.columns[0].array_literal, "{1,2}");
+        assert_eq!(
+            table.columns[1].array_literal,
+            r#"{"plain","a \"quoted\" \\ back,slash {}"}"#
+        );
     }
 
     #[test]
@@ -256,6 +446,6 @@ mod tests {
                 .int_rows("t", &["a"], &[vec![1], vec![2]]);
         assert!(!one.sized_by_a_list);
         assert!(two.sized_by_a_list);
-        assert!(rows.sized_by_a_list);
+        assert!(rows.sized_by_rows && !rows.sized_by_a_list);
     }
 }
