@@ -79,6 +79,7 @@ fn text_array(values: &[String]) -> String {
     format!("{{{}}}", items.join(","))
 }
 
+#[derive(Default)]
 pub struct RawSql {
     segments: Vec<Segment>,
     keep_prepared: bool,
@@ -87,17 +88,6 @@ pub struct RawSql {
     sized_by_a_list: bool,
     /// Holds a table of more than one row: its text varies with the row count on SQLite.
     sized_by_rows: bool,
-}
-
-impl Default for RawSql {
-    fn default() -> Self {
-        RawSql {
-            segments: Vec::new(),
-            keep_prepared: false,
-            sized_by_a_list: false,
-            sized_by_rows: false,
-        }
-    }
 }
 
 impl RawSql {
