@@ -221,6 +221,9 @@ pub fn device_acks(
     conn: &mut AnyConnection,
     triples: &[(i64, &str, &DeviceId)],
 ) -> QueryResult<HashMap<(i64, String, String), i64>> {
+    if triples.is_empty() {
+        return Ok(HashMap::new());
+    }
     if let [(group_id, user_id, device)] = *triples {
         // One by key: a fixed text both engines keep prepared.
         let acked = device_ack(conn, GroupId(group_id), user_id, device)?;

@@ -152,13 +152,28 @@ pub fn record_appended(
 /// committed message, and no other change of membership can slip between the count and the
 /// caller's own.
 pub fn lock_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<LockedGroup> {
-    let (last_msg_id, member_count) = diesel::update(groups::table.find(group_id))
-        .set(groups::last_msg_id.eq(groups::last_msg_id))
-        .returning((groups::last_msg_id, groups::member_count))
-        .get_result(conn)?;
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        last_msg_id: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        member_count: i64,
+    }
+    // A write that changes nothing: it takes the row's write lock on either engine (SQLite
+    // has no SELECT … FOR UPDATE). Kept prepared: every send runs it.
+    let locked: Vec<Locked> = RawSql::default()
+        .sql("UPDATE groups SET last_msg_id = last_msg_id WHERE group_id = ")
+        .int(group_id)
+        .sql(" RETURNING last_msg_id, member_count")
+        .keep_prepared()
+        .load(conn)?;
+    let locked = locked
+        .into_iter()
+        .next()
+        .ok_or(diesel::result::Error::NotFound)?;
     Ok(LockedGroup {
-        last_msg_id,
-        member_count,
+        last_msg_id: locked.last_msg_id,
+        member_count: locked.member_count,
     })
 }
 

@@ -5,6 +5,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use super::models::now_utc;
+use super::raw_sql::{RawSql, Value};
 use super::receipts::delete_oldest_before;
 use super::AnyConnection;
 use crate::domain::DeviceId;
@@ -107,28 +108,28 @@ fn insert_rows(
     kind: MemberEventKind,
 ) -> QueryResult<()> {
     let now = now_utc();
-    let rows: Vec<NewMemberEvent> = events
-        .iter()
-        .map(|&(group_id, user_id, device_id)| NewMemberEvent {
-            user_id,
-            group_id,
-            kind: kind.as_str(),
-            device_id,
-            created_at: now,
-        })
-        .collect();
-    if let [row] = rows.as_slice() {
-        // One event (an ack of one group) as a single-row insert, which every engine keeps
-        // prepared.
-        return diesel::insert_into(member_events::table)
-            .values(row)
-            .execute(conn)
-            .map(|_| ());
-    }
-    for chunk in rows.chunks(500) {
-        crate::on_engine!(conn, |c| diesel::insert_into(member_events::table)
-            .values(chunk)
-            .execute(c))?;
+    for chunk in events.chunks(500) {
+        let rows: Vec<Vec<Value<'_>>> = chunk
+            .iter()
+            .map(|&(group_id, user_id, device_id)| {
+                vec![
+                    Value::Int(group_id),
+                    Value::Text(user_id),
+                    Value::Text(device_id),
+                ]
+            })
+            .collect();
+        // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
+        // SQLite for one (an ack of one group).
+        RawSql::default()
+            .sql("INSERT INTO member_events (user_id, group_id, kind, device_id, created_at) SELECT t.u, t.g, ")
+            .text(kind.as_str())
+            .sql(", t.d, ")
+            .time(now)
+            .sql(" FROM ")
+            .rows("t", &["g", "u", "d"], &rows)
+            .keep_prepared()
+            .execute(conn)?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use super::groups::{lock_group, record_appended};
 use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
+use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, group_msgs, mentions};
@@ -186,10 +187,7 @@ pub fn send_entries(
     if stored.is_empty() {
         return Ok(answers);
     }
-    let rows: Vec<NewMessage<'_>> = stored.iter().map(|(_, row)| row.insertable()).collect();
-    on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
-        .values(&rows)
-        .execute(c))?;
+    insert_rows(conn, &stored)?;
     store_mentions(conn, &stored)?;
     advance_past_own_entries(conn, group_id, &own_entries_by_user(&stored))?;
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
@@ -202,6 +200,52 @@ pub fn send_entries(
     )?;
     wakes.record(WakeEvent::MessageSent(group_id.0));
     Ok(answers)
+}
+
+/// Inserts the rows of `stored`. One row, the common case, by a statement every engine keeps
+/// prepared; several by one multi-row insert.
+fn insert_rows(conn: &mut AnyConnection, stored: &[(&NewEntry, MessageRow)]) -> QueryResult<()> {
+    if let [(_, row)] = stored {
+        let row = row.insertable();
+        RawSql::default()
+            .sql(
+                "INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, \
+                 content, created_at, target_msg_id, reply_to_msg_id, mention_all, ext, detail) \
+                 VALUES (",
+            )
+            .int(row.group_id)
+            .sql(", ")
+            .int(row.msg_id)
+            .sql(", ")
+            .text(row.kind)
+            .sql(", ")
+            .text(row.sender_id)
+            .sql(", ")
+            .text(row.client_msg_id)
+            .sql(", ")
+            .text(row.content)
+            .sql(", ")
+            .time(row.created_at)
+            .sql(", ")
+            .maybe_int(row.target_msg_id)
+            .sql(", ")
+            .maybe_int(row.reply_to_msg_id)
+            .sql(", ")
+            .flag(row.mention_all)
+            .sql(", ")
+            .maybe_text(row.ext)
+            .sql(", ")
+            .maybe_text(row.detail)
+            .sql(")")
+            .keep_prepared()
+            .execute(conn)?;
+        return Ok(());
+    }
+    let rows: Vec<NewMessage<'_>> = stored.iter().map(|(_, row)| row.insertable()).collect();
+    on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
+        .values(&rows)
+        .execute(c))?;
+    Ok(())
 }
 
 /// The entries `stored` appended, by sender (user id order), each sender's in id order.

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use chrono::NaiveDateTime;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::RunQueryDsl;
-use diesel::sql_types::{BigInt, Text, Timestamp, Untyped};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 use diesel::{QueryResult, QueryableByName};
 
 use super::{AnyConnection, MultiBackend};
@@ -21,6 +21,9 @@ enum Bind {
     Text(String),
     BigInt(i64),
     Timestamp(NaiveDateTime),
+    Bool(bool),
+    MaybeText(Option<String>),
+    MaybeBigInt(Option<i64>),
 }
 
 /// One value of a row of [`RawSql::rows`].
@@ -128,6 +131,25 @@ impl RawSql {
     /// Appends a placeholder for a timestamp and binds it.
     pub fn time(mut self, value: NaiveDateTime) -> Self {
         self.segments.push(Segment::Bind(Bind::Timestamp(value)));
+        self
+    }
+
+    /// Appends a placeholder for a boolean and binds it.
+    pub fn flag(mut self, value: bool) -> Self {
+        self.segments.push(Segment::Bind(Bind::Bool(value)));
+        self
+    }
+
+    /// Appends a placeholder for a text or NULL and binds it.
+    pub fn maybe_text(mut self, value: Option<&str>) -> Self {
+        let value = value.map(str::to_owned);
+        self.segments.push(Segment::Bind(Bind::MaybeText(value)));
+        self
+    }
+
+    /// Appends a placeholder for an integer or NULL and binds it.
+    pub fn maybe_int(mut self, value: Option<i64>) -> Self {
+        self.segments.push(Segment::Bind(Bind::MaybeBigInt(value)));
         self
     }
 
@@ -344,6 +366,9 @@ impl QueryFragment<MultiBackend> for RawSql {
                 Piece::Bind(Bind::Text(v)) | Piece::Text(v) => out.push_bind_param::<Text, _>(v),
                 Piece::Bind(Bind::BigInt(v)) | Piece::Int(v) => out.push_bind_param::<BigInt, _>(v),
                 Piece::Bind(Bind::Timestamp(v)) => out.push_bind_param::<Timestamp, _>(v),
+                Piece::Bind(Bind::Bool(v)) => out.push_bind_param::<Bool, _>(v),
+                Piece::Bind(Bind::MaybeText(v)) => out.push_bind_param::<Nullable<Text>, _>(v),
+                Piece::Bind(Bind::MaybeBigInt(v)) => out.push_bind_param::<Nullable<BigInt>, _>(v),
             };
         });
         result

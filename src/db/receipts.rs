@@ -6,6 +6,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Timestamp};
 
 use super::models::now_utc;
+use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::receipt_events;
@@ -37,28 +38,31 @@ pub fn record_changes(
     ranges: &[(&str, GroupId, MsgId, MsgId)],
 ) -> QueryResult<()> {
     let created_at = now_utc();
-    let rows: Vec<NewReceiptEvent> = ranges
-        .iter()
-        .map(|&(reader_id, group_id, from, to)| NewReceiptEvent {
-            group_id: group_id.0,
-            reader_id,
-            from_msg_id: from.0,
-            to_msg_id: to.0,
-            created_at,
-        })
-        .collect();
-    if let [row] = rows.as_slice() {
-        // One row (an ack of one group) as a single-row insert, which every engine keeps
-        // prepared.
-        return diesel::insert_into(receipt_events::table)
-            .values(row)
-            .execute(conn)
-            .map(|_| ());
-    }
-    for chunk in rows.chunks(500) {
-        crate::on_engine!(conn, |c| diesel::insert_into(receipt_events::table)
-            .values(chunk)
-            .execute(c))?;
+    for chunk in ranges.chunks(500) {
+        let rows: Vec<Vec<Value<'_>>> = chunk
+            .iter()
+            .map(|&(reader_id, group_id, from, to)| {
+                vec![
+                    Value::Int(group_id.0),
+                    Value::Text(reader_id),
+                    Value::Int(from.0),
+                    Value::Int(to.0),
+                ]
+            })
+            .collect();
+        // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
+        // SQLite for one (an ack of one group).
+        RawSql::default()
+            .sql(
+                "INSERT INTO receipt_events \
+                 (group_id, reader_id, from_msg_id, to_msg_id, created_at) \
+                 SELECT t.g, t.r, t.f, t.t, ",
+            )
+            .time(created_at)
+            .sql(" FROM ")
+            .rows("t", &["g", "r", "f", "t"], &rows)
+            .keep_prepared()
+            .execute(conn)?;
     }
     Ok(())
 }
