@@ -6,14 +6,15 @@ use std::collections::{HashMap, HashSet};
 
 use super::access::{memberships, Checked, Membership, Refusal};
 use super::devices::{advance_devices, device_acks};
-use super::member_events::record_reads;
+use super::member_events::reads_statements;
 use super::members::{
     advance_members, lock_free_memberships, lock_memberships, Advance, Busy, MemberCursorsAfter,
 };
 use super::models::MemberRow;
 use super::push_due::{lock_badges, note_reads_on_devices};
-use super::receipts::record_changes;
-use super::unread::{above_read, UnreadInputs};
+use super::raw_sql::RawSql;
+use super::receipts::changes_statements;
+use super::unread::{above_read_after, UnreadInputs};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::wake::{WakeEvent, Wakes};
@@ -317,9 +318,11 @@ fn ack_round<'a>(
         .filter_map(|p| p.entry.device.map(|d| (p.state.group_id, d.as_str())))
         .collect();
     let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
-    record_effects(conn, &plans, wakes)?;
+    // The effects are written in the same round trip as the counts are read, which do not
+    // read them.
+    let effects = effects_of(&plans, wakes);
     let counted: Vec<(i64, &str)> = plans.iter().map(|p| p.entry.membership()).collect();
-    let above = above_read(conn, &counted)?;
+    let above = above_read_after(conn, &counted, effects)?;
     for plan in &mut plans {
         let key = (plan.state.group_id, plan.entry.user_id.to_owned());
         if let Some(counts) = above.get(&key) {
@@ -498,13 +501,9 @@ impl CursorState {
 }
 
 /// What the cursor moves cause beyond the rows: a receipt change for the senders whose
-/// messages' counts may have changed, and a member event for each user's other devices. One
-/// statement each for the whole round.
-fn record_effects(
-    conn: &mut AnyConnection,
-    plans: &[AckPlan<'_>],
-    wakes: &mut Wakes,
-) -> QueryResult<()> {
+/// messages' counts may have changed, and a member event for each user's other devices. The
+/// statements that write them, one each for the whole round; the wake-ups are recorded.
+fn effects_of(plans: &[AckPlan<'_>], wakes: &mut Wakes) -> Vec<RawSql> {
     // Receipts of messages after the old read cursor, up to the new delivered one, may have
     // changed: one row for the whole range, however many messages it covers.
     let changes: Vec<(&str, GroupId, MsgId, MsgId)> = plans
@@ -516,7 +515,7 @@ fn record_effects(
             (p.entry.user_id, group_id, from, MsgId(p.delivered_after))
         })
         .collect();
-    record_changes(conn, &changes)?;
+    let mut statements = changes_statements(&changes);
     for (_, group_id, _, _) in &changes {
         wakes.record(WakeEvent::CursorMoved(group_id.0));
     }
@@ -525,12 +524,12 @@ fn record_effects(
         .filter(|p| p.state.read_moved)
         .map(|p| (p.state.group_id, p.entry.user_id, p.entry.device))
         .collect();
-    record_reads(conn, &reads)?;
+    statements.extend(reads_statements(&reads));
     let mut readers: Vec<&str> = reads.iter().map(|r| r.1).collect();
     readers.sort_unstable();
     readers.dedup();
     for user_id in readers {
         wakes.record(WakeEvent::ReadMoved(user_id.to_owned()));
     }
-    Ok(())
+    statements
 }

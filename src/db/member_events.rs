@@ -84,7 +84,20 @@ pub fn record_reads(
         .iter()
         .map(|&(group_id, user_id, device)| (group_id, user_id, Cause::Device(device).column()))
         .collect();
-    insert_rows(conn, &rows, MemberEventKind::Read)
+    for statement in insert_statements(&rows, MemberEventKind::Read) {
+        statement.execute(conn)?;
+    }
+    Ok(())
+}
+
+/// The statements [`record_reads`] runs (none for no reads), for a caller that runs them
+/// beside others.
+pub fn reads_statements(reads: &[(i64, &str, Option<&DeviceId>)]) -> Vec<RawSql> {
+    let rows: Vec<(i64, &str, &str)> = reads
+        .iter()
+        .map(|&(group_id, user_id, device)| (group_id, user_id, Cause::Device(device).column()))
+        .collect();
+    insert_statements(&rows, MemberEventKind::Read)
 }
 
 fn insert_events(
@@ -107,31 +120,43 @@ fn insert_rows(
     events: &[(i64, &str, &str)],
     kind: MemberEventKind,
 ) -> QueryResult<()> {
-    let now = now_utc();
-    for chunk in events.chunks(500) {
-        let rows: Vec<Vec<Value<'_>>> = chunk
-            .iter()
-            .map(|&(group_id, user_id, device_id)| {
-                vec![
-                    Value::Int(group_id),
-                    Value::Text(user_id),
-                    Value::Text(device_id),
-                ]
-            })
-            .collect();
-        // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
-        // SQLite for one (an ack of one group).
-        RawSql::default()
-            .sql("INSERT INTO member_events (user_id, group_id, kind, device_id, created_at) SELECT t.u, t.g, ")
-            .text(kind.as_str())
-            .sql(", t.d, ")
-            .time(now)
-            .sql(" FROM ")
-            .rows("t", &["g", "u", "d"], &rows)
-            .keep_prepared()
-            .execute(conn)?;
+    for statement in insert_statements(events, kind) {
+        statement.execute(conn)?;
     }
     Ok(())
+}
+
+/// The statements that insert `events` of one kind.
+fn insert_statements(events: &[(i64, &str, &str)], kind: MemberEventKind) -> Vec<RawSql> {
+    let now = now_utc();
+    events
+        .chunks(500)
+        .map(|chunk| {
+            let rows: Vec<Vec<Value<'_>>> = chunk
+                .iter()
+                .map(|&(group_id, user_id, device_id)| {
+                    vec![
+                        Value::Int(group_id),
+                        Value::Text(user_id),
+                        Value::Text(device_id),
+                    ]
+                })
+                .collect();
+            // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
+            // SQLite for one (an ack of one group).
+            RawSql::default()
+                .sql(
+                    "INSERT INTO member_events (user_id, group_id, kind, device_id, created_at) \
+                     SELECT t.u, t.g, ",
+                )
+                .text(kind.as_str())
+                .sql(", t.d, ")
+                .time(now)
+                .sql(" FROM ")
+                .rows("t", &["g", "u", "d"], &rows)
+                .keep_prepared()
+        })
+        .collect()
 }
 
 /// Deletes up to `batch` member events older than `cutoff` (they live as long as receipt

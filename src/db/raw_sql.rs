@@ -253,6 +253,49 @@ impl RawSql {
         RunQueryDsl::execute(self, conn)
     }
 
+    /// Runs `writes` (statements run for their effect) and then this query. On PostgreSQL
+    /// that is one statement, one round trip: each write a data-modifying `WITH` clause. On
+    /// SQLite, which has none, the writes run one by one first. The query must not read
+    /// what the writes write: in one PostgreSQL statement it would not see it.
+    pub fn load_after<R>(self, writes: Vec<RawSql>, conn: &mut AnyConnection) -> QueryResult<Vec<R>>
+    where
+        R: QueryableByName<MultiBackend> + 'static,
+    {
+        if writes.is_empty() {
+            return self.load(conn);
+        }
+        if !matches!(conn, AnyConnection::Postgresql(_)) {
+            for write in writes {
+                write.execute(conn)?;
+            }
+            return self.load(conn);
+        }
+        let mut combined = RawSql {
+            keep_prepared: self.keep_prepared && writes.iter().all(|w| w.keep_prepared),
+            sized_by_a_list: self.sized_by_a_list || writes.iter().any(|w| w.sized_by_a_list),
+            sized_by_rows: self.sized_by_rows || writes.iter().any(|w| w.sized_by_rows),
+            ..RawSql::default()
+        };
+        for (n, write) in writes.into_iter().enumerate() {
+            let opening = if n == 0 { "WITH" } else { "," };
+            combined.push_text(&format!("{opening} write{n} AS ("));
+            combined.append(write);
+            combined.push_text(")");
+        }
+        combined.push_text(" ");
+        combined.append(self);
+        combined.load(conn)
+    }
+
+    fn append(&mut self, other: RawSql) {
+        for segment in other.segments {
+            match segment {
+                Segment::Text(text) => self.push_text(&text),
+                other => self.segments.push(other),
+            }
+        }
+    }
+
     /// The text as PostgreSQL reads it, placeholders numbered `$1`, `$2`, ….
     #[cfg(test)]
     pub fn as_text(&self) -> String {

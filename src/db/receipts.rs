@@ -37,34 +37,44 @@ pub fn record_changes(
     conn: &mut AnyConnection,
     ranges: &[(&str, GroupId, MsgId, MsgId)],
 ) -> QueryResult<()> {
-    let created_at = now_utc();
-    for chunk in ranges.chunks(500) {
-        let rows: Vec<Vec<Value<'_>>> = chunk
-            .iter()
-            .map(|&(reader_id, group_id, from, to)| {
-                vec![
-                    Value::Int(group_id.0),
-                    Value::Text(reader_id),
-                    Value::Int(from.0),
-                    Value::Int(to.0),
-                ]
-            })
-            .collect();
-        // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
-        // SQLite for one (an ack of one group).
-        RawSql::default()
-            .sql(
-                "INSERT INTO receipt_events \
-                 (group_id, reader_id, from_msg_id, to_msg_id, created_at) \
-                 SELECT t.g, t.r, t.f, t.t, ",
-            )
-            .time(created_at)
-            .sql(" FROM ")
-            .rows("t", &["g", "r", "f", "t"], &rows)
-            .keep_prepared()
-            .execute(conn)?;
+    for statement in changes_statements(ranges) {
+        statement.execute(conn)?;
     }
     Ok(())
+}
+
+/// The statements [`record_changes`] runs (none for no ranges), for a caller that runs them
+/// beside others.
+pub fn changes_statements(ranges: &[(&str, GroupId, MsgId, MsgId)]) -> Vec<RawSql> {
+    let created_at = now_utc();
+    ranges
+        .chunks(500)
+        .map(|chunk| {
+            let rows: Vec<Vec<Value<'_>>> = chunk
+                .iter()
+                .map(|&(reader_id, group_id, from, to)| {
+                    vec![
+                        Value::Int(group_id.0),
+                        Value::Text(reader_id),
+                        Value::Int(from.0),
+                        Value::Int(to.0),
+                    ]
+                })
+                .collect();
+            // Kept prepared: on PostgreSQL the text is the same for any number of rows, on
+            // SQLite for one (an ack of one group).
+            RawSql::default()
+                .sql(
+                    "INSERT INTO receipt_events \
+                     (group_id, reader_id, from_msg_id, to_msg_id, created_at) \
+                     SELECT t.g, t.r, t.f, t.t, ",
+                )
+                .time(created_at)
+                .sql(" FROM ")
+                .rows("t", &["g", "r", "f", "t"], &rows)
+                .keep_prepared()
+        })
+        .collect()
 }
 
 /// Deletes up to `batch` receipt changes older than `cutoff`; returns how many went. Small

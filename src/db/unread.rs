@@ -101,6 +101,16 @@ pub fn above_read(
     conn: &mut AnyConnection,
     pairs: &[(i64, &str)],
 ) -> QueryResult<HashMap<(i64, String), AboveRead>> {
+    above_read_after(conn, pairs, Vec::new())
+}
+
+/// [`above_read`], after `writes` that it does not read, in the same round trip where the
+/// engine can (see [`RawSql::load_after`]).
+pub fn above_read_after(
+    conn: &mut AnyConnection,
+    pairs: &[(i64, &str)],
+    writes: Vec<RawSql>,
+) -> QueryResult<HashMap<(i64, String), AboveRead>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
@@ -111,6 +121,9 @@ pub fn above_read(
         above: AboveRead,
     }
     if pairs.is_empty() {
+        for write in writes {
+            write.execute(conn)?;
+        }
         return Ok(HashMap::new());
     }
     let rows: Vec<Vec<Value<'_>>> = pairs
@@ -132,7 +145,7 @@ pub fn above_read(
         )
         // Kept for one membership (the ack of one group), whose text is the same every time.
         .keep_prepared();
-    let found: Vec<Row> = query.load(conn)?;
+    let found: Vec<Row> = query.load_after(writes, conn)?;
     Ok(found
         .into_iter()
         .map(|r| ((r.group_id, r.user_id), r.above))
