@@ -183,35 +183,6 @@ pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Chec
     })
 }
 
-/// The memberships of `user_ids` in one group, by user: a user who is not a member is
-/// missing. Every membership carries the group's row as read here.
-pub fn members_of_group(
-    conn: &mut AnyConnection,
-    group_id: crate::domain::GroupId,
-    user_ids: &[&str],
-) -> QueryResult<HashMap<String, Membership>> {
-    let found: Vec<(GroupRow, MemberRow)> = if let [user_id] = *user_ids {
-        // One member by key: a text every engine keeps prepared.
-        groups::table
-            .inner_join(group_members::table)
-            .filter(groups::group_id.eq(group_id.0))
-            .filter(group_members::user_id.eq(user_id))
-            .select((GroupRow::as_select(), MemberRow::as_select()))
-            .load(conn)?
-    } else {
-        groups::table
-            .inner_join(group_members::table)
-            .filter(groups::group_id.eq(group_id.0))
-            .filter(group_members::user_id.eq_any(user_ids))
-            .select((GroupRow::as_select(), MemberRow::as_select()))
-            .load(conn)?
-    };
-    Ok(found
-        .into_iter()
-        .map(|(group, member)| (member.user_id.clone(), Membership { group, member }))
-        .collect())
-}
-
 /// The membership a found group and member row make; a refusal when there is no member row.
 fn membership(group: GroupRow, member: Option<MemberRow>) -> Result<Membership, Refusal> {
     match member {

@@ -6,7 +6,7 @@ use diesel::result::Error as DieselError;
 
 use std::collections::HashMap;
 
-use super::access::{members_of_group, Checked, Membership, Refusal};
+use super::access::{memberships, Checked, Membership, Refusal};
 use super::groups::{lock_group, record_appended};
 use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
@@ -141,7 +141,12 @@ pub fn send_entries(
     let mut senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
     senders.sort_unstable();
     senders.dedup();
-    let memberships = members_of_group(conn, group_id, &senders)?;
+    let pairs: Vec<(i64, &str)> = senders.iter().map(|u| (group_id.0, *u)).collect();
+    // The one membership check, by sender: a sender who is not a member is missing.
+    let memberships: HashMap<String, Membership> = memberships(conn, &pairs)?
+        .into_iter()
+        .filter_map(|((_, user), checked)| checked.ok().map(|m| (user, m)))
+        .collect();
     let mut sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();
