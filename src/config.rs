@@ -31,6 +31,11 @@ pub enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// On a PostgreSQL database with the citus extension: apply pending migrations, then
+    /// distribute every table not distributed yet, moving its rows onto the workers (each
+    /// table is locked while it moves). Safe to run again; `serve` distributes a fresh,
+    /// empty schema by itself.
+    Distribute,
     /// Print a bearer token for USER_ID, signed with the configured (or development) secret.
     Token {
         /// The user id the token speaks for (its `sub` claim).

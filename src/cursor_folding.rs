@@ -4,30 +4,35 @@
 
 use std::time::Duration;
 
-use crate::db::cursor_counts::fold_moves;
+use crate::db::cursor_counts::{fold_group_moves, groups_with_moves};
 use crate::db::Db;
 
-/// Moves folded per transaction: each holds the histogram rows it updates only briefly.
-const BATCH: i64 = 10_000;
+/// Groups looked up per round trip; each is folded in a transaction of its own, which holds
+/// the histogram rows it updates only briefly and touches one group's shard.
+const BATCH: i64 = 500;
 /// How often the job looks for moves. A count reads at most about this long's worth of one
 /// group's moves besides the histogram.
 const INTERVAL: Duration = Duration::from_millis(200);
 
-/// Folds every move waiting, a batch per transaction, until a batch comes back short;
-/// returns how many it folded.
+/// Folds every group's waiting moves, group by group, until no group has any left; returns
+/// how many moves it folded.
 async fn fold_waiting_moves(db: &Db) -> Result<i64, crate::db::DbError> {
     let mut total = 0;
     loop {
-        let folded = db.upkeep(|conn| fold_moves(conn, BATCH)).await?;
-        total += folded;
-        if folded < BATCH {
+        let groups = db.upkeep(|conn| groups_with_moves(conn, BATCH)).await?;
+        for &group_id in &groups {
+            total += db
+                .upkeep(move |conn| fold_group_moves(conn, group_id))
+                .await?;
+        }
+        if (groups.len() as i64) < BATCH {
             return Ok(total);
         }
     }
 }
 
 /// Runs [`fold_waiting_moves`] every [`INTERVAL`] until the process ends. Every instance runs
-/// it; their folds take disjoint moves.
+/// it; two folding one group take turns and count each move once.
 pub async fn run(db: Db) {
     let mut ticker = tokio::time::interval(INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

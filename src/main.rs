@@ -1,4 +1,4 @@
-//! The `chorus` command: serve (default), migrate, token.
+//! The `chorus` command: serve (default), migrate, distribute, token.
 
 use clap::Parser;
 
@@ -43,6 +43,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
             let applied = chorus::db::run_migrations(&mut conn)?;
             println!("{applied} migration(s) applied");
+        }
+        Command::Distribute => {
+            let db_settings = cli.settings.db_settings()?;
+            let mut conn = chorus::db::connect_once(&db_settings).map_err(|e| {
+                anyhow::anyhow!(chorus::db::describe_open_failure(&db_settings, &e))
+            })?;
+            let done = chorus::db::migrate_and_distribute(&mut conn)?;
+            println!(
+                "{} table(s) distributed now, {} already: {}",
+                done.distributed_now.len(),
+                done.already,
+                done.distributed_now.join(", ")
+            );
         }
         Command::Token {
             user_id,

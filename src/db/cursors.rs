@@ -5,6 +5,7 @@ use diesel::QueryResult;
 use std::collections::{HashMap, HashSet};
 
 use super::access::{memberships, Checked, Membership, Refusal};
+use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices::{advance_devices, device_acks};
 use super::member_events::reads_statements;
 use super::members::{
@@ -320,7 +321,7 @@ fn ack_round<'a>(
     let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
     // The effects are written in the same round trip as the counts are read, which do not
     // read them.
-    let effects = effects_of(&plans, wakes);
+    let effects = effects_of(conn, &plans, wakes);
     let counted: Vec<(i64, &str)> = plans.iter().map(|p| p.entry.membership()).collect();
     let above = above_read_after(conn, &counted, effects)?;
     for plan in &mut plans {
@@ -503,7 +504,23 @@ impl CursorState {
 /// What the cursor moves cause beyond the rows: a receipt change for the senders whose
 /// messages' counts may have changed, and a member event for each user's other devices. The
 /// statements that write them, one each for the whole round; the wake-ups are recorded.
-fn effects_of(plans: &[AckPlan<'_>], wakes: &mut Wakes) -> Vec<RawSql> {
+fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) -> Vec<RawSql> {
+    // The histogram of cursors: each moved membership row, from where it was read (after its
+    // lock) to where the move left it.
+    let mut cursor_moves = CursorMoves::default();
+    for plan in plans.iter().filter(|p| p.advance.is_some()) {
+        let was = MemberCursors {
+            read: plan.member.last_read_msg_id,
+            delivered: plan.member.delivered_msg_id,
+            joined: plan.member.joined_after_msg_id,
+        };
+        let now = MemberCursors {
+            read: plan.state.last_read_msg_id,
+            delivered: plan.delivered_after,
+            joined: plan.member.joined_after_msg_id,
+        };
+        cursor_moves.moved(plan.state.group_id, was, now);
+    }
     // Receipts of messages after the old read cursor, up to the new delivered one, may have
     // changed: one row for the whole range, however many messages it covers.
     let changes: Vec<(&str, GroupId, MsgId, MsgId)> = plans
@@ -515,7 +532,8 @@ fn effects_of(plans: &[AckPlan<'_>], wakes: &mut Wakes) -> Vec<RawSql> {
             (p.entry.user_id, group_id, from, MsgId(p.delivered_after))
         })
         .collect();
-    let mut statements = changes_statements(&changes);
+    let mut statements = cursor_moves.statements(conn);
+    statements.extend(changes_statements(&changes));
     for (_, group_id, _, _) in &changes {
         wakes.record(WakeEvent::CursorMoved(group_id.0));
     }

@@ -14,7 +14,7 @@ use diesel::sql_types::BigInt;
 
 use super::members::Follow;
 use super::models::now_utc;
-use super::push_targets::delete_push_target;
+use super::push_targets::{delete_push_target, forget_what_devices_were_told};
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
@@ -176,8 +176,8 @@ pub fn remove_device(
 }
 
 /// Forgets up to `batch` devices: signed-in ones unused since `idle_cutoff`, and signed-out
-/// ones removed before it (their tokens are refused until then). Their cursors go with them,
-/// and their push targets (through the foreign key).
+/// ones removed before it (their tokens are refused until then). Their cursors and what
+/// pushes told them go with them, and their push targets (through the foreign key).
 pub fn forget_devices_before(
     conn: &mut AnyConnection,
     idle_cutoff: NaiveDateTime,
@@ -198,6 +198,8 @@ pub fn forget_devices_before(
     }
     diesel::delete(device_cursors::table.filter(device_cursors::device_id.eq_any(&expired)))
         .execute(conn)?;
+    let expired_ids: Vec<&str> = expired.iter().map(String::as_str).collect();
+    forget_what_devices_were_told(conn, &expired_ids)?;
     diesel::delete(devices::table.filter(devices::device_id.eq_any(&expired))).execute(conn)
 }
 

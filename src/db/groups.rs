@@ -120,12 +120,14 @@ pub fn touch_activity(
 
 /// Records entries appended through `last_msg_id` under the group's row lock (taken by
 /// [`lock_group`]): the group's counter, and, when they include a message, its last activity
-/// at `activity` (its place in the chat list), never moved back.
+/// at `activity` (its place in the chat list), never moved back. `writes_before` (other
+/// tables' rows of the same append) go in the same round trip where the engine allows.
 pub fn record_appended(
     conn: &mut AnyConnection,
     group_id: GroupId,
     last_msg_id: MsgId,
     activity: Option<chrono::NaiveDateTime>,
+    writes_before: Vec<RawSql>,
 ) -> QueryResult<()> {
     let query = RawSql::default()
         .sql("UPDATE groups SET last_msg_id = ")
@@ -143,7 +145,7 @@ pub fn record_appended(
         .sql(" WHERE group_id = ")
         .int(group_id.0)
         .keep_prepared()
-        .execute(conn)
+        .execute_after(writes_before, conn)
         .map(|_| ())
 }
 

@@ -4,9 +4,10 @@ use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::access::{member_of, Checked, Refusal};
+use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices;
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
@@ -101,6 +102,19 @@ pub fn within_cap(current: i64, adding: usize, max: i64) -> Result<(), Refusal> 
     Ok(())
 }
 
+/// Keeps the group's member count with the rows: `change` members joined (or left, when
+/// negative), in the transaction that inserted or deleted them.
+fn count_members(conn: &mut AnyConnection, group_id: i64, change: i64) -> QueryResult<()> {
+    RawSql::default()
+        .sql("UPDATE groups SET member_count = member_count + ")
+        .int(change)
+        .sql(" WHERE group_id = ")
+        .int(group_id)
+        .keep_prepared()
+        .execute(conn)
+        .map(|_| ())
+}
+
 /// Inserts new members of a group, tells their other devices they joined, and wakes their
 /// waiting polls (so they start watching it): what creating a group and adding members share.
 pub fn insert_joined(
@@ -110,11 +124,18 @@ pub fn insert_joined(
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
     // In chunks, to stay below SQLite's limit on bind parameters in one statement.
+    let mut cursor_moves = CursorMoves::default();
     for chunk in rows.chunks(500) {
         on_engine!(conn, |c| diesel::insert_into(group_members::table)
             .values(chunk)
             .execute(c))?;
     }
+    for row in rows {
+        // A new member's three cursors start together, at their join point.
+        cursor_moves.joined(group_id, row.joined_after_msg_id);
+    }
+    cursor_moves.write(conn)?;
+    count_members(conn, group_id, rows.len() as i64)?;
     let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
     record_member_events(
         conn,
@@ -149,11 +170,31 @@ pub fn remove_member(
     // The group's row first, as a send takes it before the sender's row: a removal racing
     // the removed member's send waits instead of deadlocking with it.
     lock_group(conn, group_id)?;
-    let Some(member) = find_member(conn, group_id, user_id)? else {
+    // The row as it is when it goes: an ack may have moved its cursors since any read.
+    let removed: Option<(i64, i64, i64)> =
+        diesel::delete(group_members::table.find((group_id, user_id)))
+            .returning((
+                group_members::last_read_msg_id,
+                group_members::delivered_msg_id,
+                group_members::joined_after_msg_id,
+            ))
+            .get_result(conn)
+            .optional()?;
+    let Some((read, delivered, joined)) = removed else {
         let user_id = user_id.to_owned();
         return Ok(Err(Refusal::NoSuchMember { user_id }));
     };
-    diesel::delete(group_members::table.find((group_id, user_id))).execute(conn)?;
+    let mut cursor_moves = CursorMoves::default();
+    cursor_moves.left(
+        group_id,
+        MemberCursors {
+            read,
+            delivered,
+            joined,
+        },
+    );
+    cursor_moves.write(conn)?;
+    count_members(conn, group_id, -1)?;
     let line = if user_id == actor_id {
         SystemLine::Left
     } else {
@@ -169,7 +210,7 @@ pub fn remove_member(
         conn,
         GroupId(group_id),
         user_id,
-        MsgId(member.joined_after_msg_id),
+        MsgId(joined),
         MsgId(last_msg_id),
     )?;
     record_member_events(
@@ -333,7 +374,10 @@ pub(super) enum Busy {
 /// (group, key) order, and answers the pairs whose rows it found (and locked). An `UPDATE …
 /// FROM (VALUES …)` locks rows in whatever order its plan reaches them, so two writes of
 /// several rows could take them in opposite orders and deadlock; locking first, sorted,
-/// gives every such write the same order. SQLite has one writer and no row locks: None.
+/// gives every such write the same order. Each group's rows are locked by a query that names
+/// the group, so on Citus it runs on the group's shard (a lock over several shards is
+/// refused); several groups' queries go in one statement, one `WITH` clause each, run in
+/// group order. SQLite has one writer and no row locks: None.
 pub(super) fn lock_in_order(
     conn: &mut AnyConnection,
     table: &str,
@@ -354,26 +398,43 @@ pub(super) fn lock_in_order(
     if pairs.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let rows: Vec<Vec<Value<'_>>> = pairs
-        .iter()
-        .map(|&(group_id, key)| vec![Value::Int(group_id), Value::Text(key)])
-        .collect();
-    let locked: Vec<Locked> = RawSql::default()
-        .sql(&format!(
-            "SELECT r.group_id, r.{key_column} AS key FROM {table} r JOIN "
-        ))
-        .rows("t", &["g", "k"], &rows)
-        .sql(&format!(
-            " ON r.group_id = t.g AND r.{key_column} = t.k \
-             ORDER BY r.group_id, r.{key_column} FOR NO KEY UPDATE OF r{}",
-            if busy == Busy::Skip {
-                " SKIP LOCKED"
-            } else {
-                ""
-            }
-        ))
-        .keep_prepared()
-        .load(conn)?;
+    let mut by_group: std::collections::BTreeMap<i64, Vec<&str>> = Default::default();
+    for &(group_id, key) in pairs {
+        by_group.entry(group_id).or_default().push(key);
+    }
+    let skip = if busy == Busy::Skip {
+        " SKIP LOCKED"
+    } else {
+        ""
+    };
+    let lock_group_rows = |query: RawSql, group_id: i64, keys: &[&str]| {
+        query
+            .sql(&format!(
+                "SELECT r.group_id, r.{key_column} AS key FROM {table} r WHERE r.group_id = "
+            ))
+            .int(group_id)
+            .sql(&format!(" AND r.{key_column} = ANY("))
+            .text_array(keys)
+            .sql(&format!(
+                ") ORDER BY r.{key_column} FOR NO KEY UPDATE OF r{skip}"
+            ))
+    };
+    let query = if let [(group_id, keys)] = by_group.iter().collect::<Vec<_>>()[..] {
+        // Kept prepared: the ack of one group, whose text is the same every time.
+        lock_group_rows(RawSql::default(), *group_id, keys).keep_prepared()
+    } else {
+        let mut query = RawSql::default();
+        for (n, (group_id, keys)) in by_group.iter().enumerate() {
+            let opening = if n == 0 { "WITH" } else { "," };
+            query = query.sql(&format!("{opening} locked{n} AS ("));
+            query = lock_group_rows(query, *group_id, keys).sql(")");
+        }
+        let union: Vec<String> = (0..by_group.len())
+            .map(|n| format!("SELECT group_id, key FROM locked{n}"))
+            .collect();
+        query.sql(&format!(" {}", union.join(" UNION ALL ")))
+    };
+    let locked: Vec<Locked> = query.load(conn)?;
     Ok(Some(
         locked
             .into_iter()
@@ -484,7 +545,8 @@ impl OwnMoves {
 /// cursor that stays behind counts one more own message above it for each counted entry, the
 /// only kind the unread rule counts. So their own entries are never unread, and nothing they
 /// had not received is skipped. Of the device cursors only the writing device's moves. One
-/// statement for the members, one for the devices that have cursor rows.
+/// statement for the members, one for the devices that have cursor rows; returns the moves
+/// of the members' cursors, for the caller to write with the rest of the append.
 ///
 /// The caller holds the group's row lock, taken before the entries' ids: no other entry can
 /// come between them, and no membership can go (removals take the lock first). A cursor
@@ -493,14 +555,18 @@ pub fn advance_past_own_entries(
     conn: &mut AnyConnection,
     group_id: GroupId,
     entries_by_user: &[(&str, Vec<OwnEntry<'_>>)],
-) -> QueryResult<()> {
+) -> QueryResult<CursorMoves> {
     if entries_by_user.is_empty() {
-        return Ok(());
+        return Ok(CursorMoves::default());
     }
+    let moves_by_user: HashMap<&str, OwnMoves> = entries_by_user
+        .iter()
+        .map(|(user_id, entries)| (*user_id, OwnMoves::of(entries)))
+        .collect();
     let rows: Vec<Vec<Value<'_>>> = entries_by_user
         .iter()
-        .map(|(user_id, entries)| {
-            let moves = OwnMoves::of(entries);
+        .map(|(user_id, _)| {
+            let moves = &moves_by_user[user_id];
             vec![
                 Value::Text(user_id),
                 Value::Int(moves.read.from),
@@ -512,8 +578,19 @@ pub fn advance_past_own_entries(
             ]
         })
         .collect();
+    #[derive(diesel::QueryableByName)]
+    struct After {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        user_id: String,
+        #[diesel(sql_type = BigInt)]
+        last_read_msg_id: i64,
+        #[diesel(sql_type = BigInt)]
+        delivered_msg_id: i64,
+        #[diesel(sql_type = BigInt)]
+        joined_after_msg_id: i64,
+    }
     // Every SET expression reads the row as it was before the update, on both engines.
-    let updated = RawSql::default()
+    let updated: Vec<After> = RawSql::default()
         .sql(
             "UPDATE group_members SET \
                own_msgs_after_read = own_msgs_after_read + CASE \
@@ -542,13 +619,37 @@ pub fn advance_past_own_entries(
         )
         .sql(" WHERE group_members.group_id = ")
         .int(group_id.0)
-        .sql(" AND group_members.user_id = t.user_id")
+        .sql(
+            " AND group_members.user_id = t.user_id RETURNING group_members.user_id, \
+             last_read_msg_id, delivered_msg_id, joined_after_msg_id",
+        )
         .keep_prepared()
-        .execute(conn)?;
-    if updated != entries_by_user.len() {
+        .load(conn)?;
+    if updated.len() != entries_by_user.len() {
         // Cannot happen while the group's lock is held (see above); if it did, the write
         // fails whole rather than store entries from someone who is not a member.
         return Err(diesel::result::Error::NotFound);
+    }
+    let mut cursor_moves = CursorMoves::default();
+    for after in &updated {
+        let read = moves_by_user
+            .get(after.user_id.as_str())
+            .ok_or(diesel::result::Error::NotFound)?
+            .read;
+        // A cursor at `read.to` came from `read.from` by this statement: no other write can
+        // have put it on an entry that is not committed yet.
+        let before = |now: i64| if now == read.to { read.from } else { now };
+        let now = MemberCursors {
+            read: after.last_read_msg_id,
+            delivered: after.delivered_msg_id,
+            joined: after.joined_after_msg_id,
+        };
+        let was = MemberCursors {
+            read: before(now.read),
+            delivered: before(now.delivered),
+            joined: now.joined,
+        };
+        cursor_moves.moved(group_id.0, was, now);
     }
     let device_moves: Vec<(&str, &DeviceId, Follow)> = entries_by_user
         .iter()
@@ -565,7 +666,8 @@ pub fn advance_past_own_entries(
             })
         })
         .collect();
-    devices::advance_devices_past_own(conn, group_id, &device_moves)
+    devices::advance_devices_past_own(conn, group_id, &device_moves)?;
+    Ok(cursor_moves)
 }
 
 /// Before messages of the group up to `through_msg_id` expire: every member whose read cursor
@@ -579,6 +681,10 @@ pub fn read_past_expired(
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
     let (group_id, through_msg_id) = (group_id.0, through.0);
+    let behind = members_behind(conn, group_id, through_msg_id)?;
+    if behind.is_empty() {
+        return Ok(());
+    }
     let own_after = sql::<BigInt>(&format!(
         "own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
            WHERE m.group_id = group_members.group_id AND m.sender_id = group_members.user_id \
@@ -597,6 +703,20 @@ pub fn read_past_expired(
     ))
     .returning(group_members::user_id)
     .get_results(conn)?;
+    let moved_now: HashSet<&str> = moved.iter().map(String::as_str).collect();
+    let mut cursor_moves = CursorMoves::default();
+    for (user_id, was) in &behind {
+        // Locked since they were read: each row moved exactly so.
+        let now = MemberCursors {
+            read: through_msg_id,
+            delivered: was.delivered.max(through_msg_id),
+            joined: was.joined,
+        };
+        if moved_now.contains(user_id.as_str()) {
+            cursor_moves.moved(group_id, *was, now);
+        }
+    }
+    cursor_moves.write(conn)?;
     let users: Vec<&str> = moved.iter().map(String::as_str).collect();
     record_member_events(
         conn,
@@ -609,6 +729,51 @@ pub fn read_past_expired(
         wakes.record(WakeEvent::ReadMoved(user));
     }
     Ok(())
+}
+
+/// The members of the group whose read cursor is below `through_msg_id`, with their cursors,
+/// locked on PostgreSQL until the transaction ends (SQLite has one writer).
+fn members_behind(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    through_msg_id: i64,
+) -> QueryResult<Vec<(String, MemberCursors)>> {
+    #[derive(diesel::QueryableByName)]
+    struct Behind {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        user_id: String,
+        #[diesel(sql_type = BigInt)]
+        last_read_msg_id: i64,
+        #[diesel(sql_type = BigInt)]
+        delivered_msg_id: i64,
+        #[diesel(sql_type = BigInt)]
+        joined_after_msg_id: i64,
+    }
+    let lock = match conn {
+        AnyConnection::Postgresql(_) => " ORDER BY user_id FOR NO KEY UPDATE",
+        AnyConnection::Sqlite(_) => "",
+    };
+    let rows: Vec<Behind> = RawSql::default()
+        .sql(
+            "SELECT user_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id \
+             FROM group_members WHERE group_id = ",
+        )
+        .int(group_id)
+        .sql(" AND last_read_msg_id < ")
+        .int(through_msg_id)
+        .sql(lock)
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let cursors = MemberCursors {
+                read: r.last_read_msg_id,
+                delivered: r.delivered_msg_id,
+                joined: r.joined_after_msg_id,
+            };
+            (r.user_id, cursors)
+        })
+        .collect())
 }
 
 #[cfg(test)]

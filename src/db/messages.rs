@@ -194,7 +194,7 @@ pub fn send_entries(
     }
     insert_rows(conn, &stored)?;
     store_mentions(conn, &stored)?;
-    advance_past_own_entries(conn, group_id, &own_entries_by_user(&stored))?;
+    let cursor_moves = advance_past_own_entries(conn, group_id, &own_entries_by_user(&stored))?;
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.
     record_appended(
@@ -202,6 +202,7 @@ pub fn send_entries(
         group_id,
         MsgId(last_msg_id),
         any_message.then_some(now),
+        cursor_moves.statements(conn),
     )?;
     wakes.record(WakeEvent::MessageSent(group_id.0));
     Ok(answers)

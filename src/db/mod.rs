@@ -14,6 +14,7 @@ mod connection;
 pub mod cursor_counts;
 pub mod cursors;
 pub mod devices;
+pub mod distribution;
 pub mod entry_refs;
 mod error;
 mod fixed_sql;
@@ -48,6 +49,8 @@ pub use connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,
 };
 pub use error::DbError;
-pub use migrations::{is_ready, revert_all_migrations, revert_last_migration, run_migrations};
+pub use migrations::{
+    is_ready, migrate_and_distribute, revert_all_migrations, revert_last_migration, run_migrations,
+};
 pub use open_failure::describe_open_failure;
 pub use pool::{Db, Pool};

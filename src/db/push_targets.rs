@@ -9,7 +9,7 @@ use super::models::now_utc;
 use super::AnyConnection;
 use crate::domain::{DeviceId, PushPlatform, PushToken};
 use crate::on_engine;
-use crate::schema::{devices, push_targets};
+use crate::schema::{devices, push_group_state, push_targets};
 
 /// A device's registered push target, as its owner may see it (never the token).
 #[derive(Debug, Clone)]
@@ -135,8 +135,18 @@ pub fn remove_push_target(
     Ok(Ok(()))
 }
 
-/// Deletes the device's push target and what it was told (its `push_group_state` rows go
-/// with it); for sign-out and device expiry too.
+/// Deletes the device's push target and what it was told (its `push_group_state` rows, which
+/// live with their groups, not with the device); for sign-out too.
 pub fn delete_push_target(conn: &mut AnyConnection, device_id: &str) -> QueryResult<usize> {
+    forget_what_devices_were_told(conn, &[device_id])?;
     diesel::delete(push_targets::table.filter(push_targets::device_id.eq(device_id))).execute(conn)
+}
+
+/// Deletes what pushes told the devices about their groups.
+pub fn forget_what_devices_were_told(
+    conn: &mut AnyConnection,
+    device_ids: &[&str],
+) -> QueryResult<usize> {
+    diesel::delete(push_group_state::table.filter(push_group_state::device_id.eq_any(device_ids)))
+        .execute(conn)
 }

@@ -15,6 +15,7 @@ use diesel::query_dsl::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 use diesel::{QueryResult, QueryableByName};
 
+use super::distribution::on_citus;
 use super::{AnyConnection, MultiBackend};
 
 enum Bind {
@@ -153,6 +154,15 @@ impl RawSql {
         self
     }
 
+    /// PostgreSQL: appends `CAST($n AS TEXT[])`, binding the values as one array literal, for
+    /// `= ANY(…)`: the text is the same however many values there are.
+    pub fn text_array(self, values: &[&str]) -> Self {
+        let owned: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
+        self.sql("CAST(")
+            .text(&text_array(&owned))
+            .sql(" AS TEXT[])")
+    }
+
     /// Appends `(v1, v2, ...)`, a list for `IN`, binding each value. `values` must not be
     /// empty (`IN ()` is an error on PostgreSQL).
     pub fn int_list(mut self, values: &[i64]) -> Self {
@@ -255,20 +265,40 @@ impl RawSql {
 
     /// Runs `writes` (statements run for their effect) and then this query. On PostgreSQL
     /// that is one statement, one round trip: each write a data-modifying `WITH` clause. On
-    /// SQLite, which has none, the writes run one by one first. The query must not read
+    /// SQLite, which has none, and on Citus, the writes run one by one first. The query must not read
     /// what the writes write: in one PostgreSQL statement it would not see it.
     pub fn load_after<R>(self, writes: Vec<RawSql>, conn: &mut AnyConnection) -> QueryResult<Vec<R>>
     where
         R: QueryableByName<MultiBackend> + 'static,
     {
+        self.after(writes, conn)?.load(conn)
+    }
+
+    /// [`RawSql::load_after`] for a statement run for its effect (on PostgreSQL an `INSERT`,
+    /// `UPDATE` or `DELETE` may follow `WITH` clauses too). Neither it nor the writes may
+    /// write the same rows.
+    pub fn execute_after(
+        self,
+        writes: Vec<RawSql>,
+        conn: &mut AnyConnection,
+    ) -> QueryResult<usize> {
+        self.after(writes, conn)?.execute(conn)
+    }
+
+    /// This statement with `writes` before it: on PostgreSQL as `WITH` clauses of one
+    /// statement; on SQLite run now, one by one, leaving this statement as it is.
+    fn after(self, writes: Vec<RawSql>, conn: &mut AnyConnection) -> QueryResult<RawSql> {
         if writes.is_empty() {
-            return self.load(conn);
+            return Ok(self);
         }
-        if !matches!(conn, AnyConnection::Postgresql(_)) {
+        // Citus plans a statement with several data-modifying clauses over distributed
+        // tables clause by clause through the coordinator, and gets some of them wrong: the
+        // writes run one by one there as on SQLite.
+        if !matches!(conn, AnyConnection::Postgresql(_)) || on_citus(conn) {
             for write in writes {
                 write.execute(conn)?;
             }
-            return self.load(conn);
+            return Ok(self);
         }
         let mut combined = RawSql {
             keep_prepared: self.keep_prepared && writes.iter().all(|w| w.keep_prepared),
@@ -284,7 +314,7 @@ impl RawSql {
         }
         combined.push_text(" ");
         combined.append(self);
-        combined.load(conn)
+        Ok(combined)
     }
 
     fn append(&mut self, other: RawSql) {

@@ -27,6 +27,7 @@ use std::collections::HashMap;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
+use super::distribution::one_group;
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 
@@ -142,9 +143,17 @@ pub fn above_read_after(
         .sql(
             " JOIN group_members ON group_members.group_id = t.g AND group_members.user_id = t.u \
              JOIN groups ON groups.group_id = group_members.group_id",
-        )
-        // Kept for one membership (the ack of one group), whose text is the same every time.
-        .keep_prepared();
+        );
+    let query = match one_group(pairs.iter().map(|p| p.0)) {
+        Some(group_id) => query
+            .sql(" WHERE group_members.group_id = ")
+            .int(group_id)
+            .sql(" AND groups.group_id = ")
+            .int(group_id),
+        None => query,
+    }
+    // Kept for one group (the ack of one group), whose text is the same every time.
+    .keep_prepared();
     let found: Vec<Row> = query.load_after(writes, conn)?;
     Ok(found
         .into_iter()
