@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use chorus::config::Settings;
 use chorus::db::models::now_utc;
-use chorus::db::push_due::{due_devices, Cutoffs};
+use chorus::db::push_due::{due_devices, CandidateScan, Cutoffs};
 use chorus::db::AnyConnection;
 use serde_json::json;
 
@@ -160,7 +160,8 @@ fn time_look(conn: &mut AnyConnection) -> f64 {
                 interval: now,
             };
             let started = Instant::now();
-            due_devices(conn, cutoffs, LOOK_LIMIT).expect("look for due devices");
+            due_devices(conn, cutoffs, LOOK_LIMIT, &mut CandidateScan::default())
+                .expect("look for due devices");
             started.elapsed().as_secs_f64() * 1000.0
         })
         .collect();

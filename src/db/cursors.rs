@@ -130,13 +130,9 @@ enum Left {
     Busy,
 }
 
-fn apply_requests(
-    conn: &mut AnyConnection,
-    requests: &[AcksOf],
-    busy: Busy,
-    wakes: &mut Wakes,
-) -> QueryResult<Vec<Option<Acked>>> {
-    let entries: Vec<Entry<'_>> = requests
+/// Every ack of every request, as the rounds see them.
+fn entries_of(requests: &[AcksOf]) -> Vec<Entry<'_>> {
+    requests
         .iter()
         .enumerate()
         .flat_map(|(request, r)| {
@@ -148,7 +144,34 @@ fn apply_requests(
                 ack: *ack,
             })
         })
-        .collect();
+        .collect()
+}
+
+/// Why the request would be refused as things stand, read without locking or writing
+/// anything: the same decision [`ack_requests`] takes before it writes. For a request applied
+/// group by group, so that one refused ack leaves every group as it was.
+pub fn refusal_of(conn: &mut AnyConnection, request: &AcksOf) -> QueryResult<Option<Refusal>> {
+    let requests = std::slice::from_ref(request);
+    let entries = entries_of(requests);
+    let mut pairs: Vec<(i64, &str)> = entries.iter().map(Entry::membership).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let found = memberships(conn, &pairs)?;
+    let mut left = vec![None];
+    decide_refusals(&entries, &found, &mut left);
+    Ok(match left.pop().flatten() {
+        Some(Left::Refused(refusal)) => Some(refusal),
+        _ => None,
+    })
+}
+
+fn apply_requests(
+    conn: &mut AnyConnection,
+    requests: &[AcksOf],
+    busy: Busy,
+    wakes: &mut Wakes,
+) -> QueryResult<Vec<Option<Acked>>> {
+    let entries = entries_of(requests);
     let mut left: Vec<Option<Left>> = requests.iter().map(|_| None).collect();
     let mut states: Vec<Vec<Option<CursorState>>> =
         requests.iter().map(|r| vec![None; r.acks.len()]).collect();

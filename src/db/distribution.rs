@@ -94,6 +94,11 @@ pub enum Rows {
 /// serves one database: see [`on_citus`]).
 static ON_CITUS: AtomicBool = AtomicBool::new(false);
 
+/// True when this process's database is a Citus database (see [`on_citus`]).
+pub fn serving_citus() -> bool {
+    ON_CITUS.load(Ordering::Relaxed)
+}
+
 /// True when `conn` is a connection to the process's database and that database is a Citus
 /// database: the engine layer then shapes statements so each runs on one shard (no
 /// data-modifying `WITH` clauses over several tables, no lock over several groups in one

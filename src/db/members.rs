@@ -413,10 +413,10 @@ pub(super) fn lock_in_order(
                 "SELECT r.group_id, r.{key_column} AS key FROM {table} r WHERE r.group_id = "
             ))
             .int(group_id)
-            .sql(&format!(" AND r.{key_column} = ANY("))
-            .text_array(keys)
+            .sql(&format!(" AND r.{key_column}"))
+            .in_texts(keys)
             .sql(&format!(
-                ") ORDER BY r.{key_column} FOR NO KEY UPDATE OF r{skip}"
+                " ORDER BY r.{key_column} FOR NO KEY UPDATE OF r{skip}"
             ))
     };
     let query = if let [(group_id, keys)] = by_group.iter().collect::<Vec<_>>()[..] {

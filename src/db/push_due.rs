@@ -20,6 +20,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
+use super::distribution::on_citus;
 use super::members::{lock_in_order, Busy};
 use super::raw_sql::{RawSql, Value};
 use super::unread::unread_sql;
@@ -111,12 +112,17 @@ struct DueDevice {
 }
 
 /// Up to `limit` devices due a notification now, that have none being delivered and got their
-/// last one at least the interval ago; those waiting longest first.
+/// last one at least the interval ago; those waiting longest first. On Citus, see
+/// [`due_devices_by_candidate`].
 pub fn due_devices(
     conn: &mut AnyConnection,
     cutoffs: Cutoffs,
     limit: i64,
+    scan: &mut CandidateScan,
 ) -> QueryResult<Vec<String>> {
+    if on_citus(conn) {
+        return due_devices_by_candidate(conn, cutoffs, limit, scan);
+    }
     let query = RawSql::default()
         .sql(
             "SELECT pt.device_id AS device_id FROM push_targets pt \
@@ -135,6 +141,105 @@ pub fn due_devices(
         .int(limit);
     let rows: Vec<DueDevice> = query.load(conn)?;
     Ok(rows.into_iter().map(|r| r.device_id).collect())
+}
+
+/// Where a scan of push targets for [`due_devices_by_candidate`] goes on: after this device
+/// id (None: from the first), wrapping round at the last.
+#[derive(Debug, Default, Clone)]
+pub struct CandidateScan {
+    after: Option<String>,
+}
+
+/// Push targets examined per call on Citus: a bound on the round trips one call costs.
+const CANDIDATES_PER_CALL: i64 = 200;
+
+/// Citus: push targets live on their devices' shards and memberships on their groups', so no
+/// one statement can join them by user. The targets that may get a notification are read
+/// first, in device order from where the last call stopped (so every target is examined in
+/// turn, however many others are never due), then each is checked by a statement over its
+/// user's memberships that names the user and the device, by the same rule.
+fn due_devices_by_candidate(
+    conn: &mut AnyConnection,
+    cutoffs: Cutoffs,
+    limit: i64,
+    scan: &mut CandidateScan,
+) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Candidate {
+        #[diesel(sql_type = Text)]
+        device_id: String,
+        #[diesel(sql_type = Text)]
+        user_id: String,
+    }
+    let query = RawSql::default()
+        .sql(
+            "SELECT device_id, user_id FROM push_targets WHERE pending_key IS NULL \
+               AND (last_built_at IS NULL OR last_built_at <= ",
+        )
+        .time(cutoffs.interval)
+        .sql(")");
+    let query = match &scan.after {
+        Some(after) => query.sql(" AND device_id > ").text(after),
+        None => query,
+    };
+    let candidates: Vec<Candidate> = query
+        .sql(" ORDER BY device_id LIMIT ")
+        .int(CANDIDATES_PER_CALL)
+        .load(conn)?;
+    let start = scan.after.clone();
+    scan.after = match candidates.last() {
+        Some(last) if candidates.len() as i64 == CANDIDATES_PER_CALL => {
+            Some(last.device_id.clone())
+        }
+        // The end of the targets: the next call starts from the first again.
+        _ => None,
+    };
+    let mut due = Vec::new();
+    let mut examined: Option<String> = None;
+    for candidate in candidates {
+        if due.len() as i64 >= limit {
+            // The rest are examined on a later call: the scan goes on after the last one
+            // examined here.
+            scan.after = examined.or(start);
+            break;
+        }
+        if device_is_due(
+            conn,
+            &candidate.device_id,
+            &candidate.user_id,
+            cutoffs.grace,
+        )? {
+            due.push(candidate.device_id.clone());
+        }
+        examined = Some(candidate.device_id);
+    }
+    Ok(due)
+}
+
+/// Whether the user's device is due a notification for any of the user's groups.
+fn device_is_due(
+    conn: &mut AnyConnection,
+    device_id: &str,
+    user_id: &str,
+    grace_cutoff: NaiveDateTime,
+) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct Due {
+        #[diesel(sql_type = BigInt)]
+        #[allow(dead_code)]
+        due: i64,
+    }
+    let query = from_memberships(
+        RawSql::default().sql("SELECT CAST(1 AS BIGINT) AS due"),
+        DeviceRef::Id(device_id),
+    )
+    .sql(" WHERE group_members.user_id = ")
+    .text(user_id)
+    .sql(" AND (");
+    let found: Vec<Due> = new_messages_due(query, conn, grace_cutoff)
+        .sql(&format!(" OR {}) LIMIT 1", badge_to_lower()))
+        .load(conn)?;
+    Ok(!found.is_empty())
 }
 
 /// One group a notification tells of.

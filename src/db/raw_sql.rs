@@ -39,6 +39,8 @@ enum Segment {
     Text(String),
     Bind(Bind),
     Rows(Rows),
+    /// "Is one of" a list of texts (see [`RawSql::in_texts`]).
+    InTexts(Column),
 }
 
 /// A table of rows written into the statement (see [`RawSql::rows`]), column by column.
@@ -154,13 +156,19 @@ impl RawSql {
         self
     }
 
-    /// PostgreSQL: appends `CAST($n AS TEXT[])`, binding the values as one array literal, for
-    /// `= ANY(…)`: the text is the same however many values there are.
-    pub fn text_array(self, values: &[&str]) -> Self {
-        let owned: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
-        self.sql("CAST(")
-            .text(&text_array(&owned))
-            .sql(" AS TEXT[])")
+    /// Appends "is one of `values`" for the expression before it: on PostgreSQL `= ANY(CAST($n
+    /// AS TEXT[]))`, one array bound, so the text is the same however many values there are;
+    /// on SQLite `IN ($1, $2, …)`. `values` must not be empty.
+    pub fn in_texts(mut self, values: &[&str]) -> Self {
+        debug_assert!(!values.is_empty(), "an empty IN list");
+        self.sized_by_rows |= values.len() > 1;
+        let values: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
+        self.segments.push(Segment::InTexts(Column {
+            name: String::new(),
+            array_literal: text_array(&values),
+            values: ColumnValues::Texts(values),
+        }));
+        self
     }
 
     /// Appends `(v1, v2, ...)`, a list for `IN`, binding each value. `values` must not be
@@ -356,6 +364,23 @@ impl RawSql {
                 Segment::Bind(bind) => emit(Piece::Bind(bind)),
                 Segment::Rows(rows) if postgres => rows.render_unnest(&mut emit),
                 Segment::Rows(rows) => rows.render_values(&mut emit),
+                Segment::InTexts(list) if postgres => {
+                    emit(Piece::Sql(" = ANY(CAST(".into()));
+                    emit(Piece::Text(&list.array_literal));
+                    emit(Piece::Sql(" AS TEXT[]))".into()));
+                }
+                Segment::InTexts(list) => {
+                    emit(Piece::Sql(" IN (".into()));
+                    if let ColumnValues::Texts(values) = &list.values {
+                        for (i, value) in values.iter().enumerate() {
+                            if i > 0 {
+                                emit(Piece::Sql(", ".into()));
+                            }
+                            emit(Piece::Text(value));
+                        }
+                    }
+                    emit(Piece::Sql(")".into()));
+                }
             }
         }
     }

@@ -15,7 +15,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use diesel::QueryResult;
 
-use super::cursors::{ack_requests, ack_requests_beside_busy, AcksOf, CursorState};
+use super::cursors::{ack_requests, ack_requests_beside_busy, refusal_of, AcksOf, CursorState};
+use super::distribution::serving_citus;
 use super::error::DbError;
 use super::shared_commits::{Answered, SharedCommits, SharedWork};
 use super::AnyConnection;
@@ -105,9 +106,74 @@ impl<'a> MembershipsTaken<'a> {
 impl SharedAcks {
     /// The request's cursor states once committed, one per ack in its order, or why it was
     /// refused (nothing of it written).
+    ///
+    /// On Citus every transaction stays on one group's shard: acks queue by group, and a
+    /// request naming several groups is checked whole first (any refusal refuses it all,
+    /// nothing written), then committed group by group. Should a group's transaction then
+    /// fail, the answer is that error although other groups may have moved: acks only move
+    /// cursors forward, so the client's retry of the same request lands the rest and moves
+    /// nothing twice. (A refusal that arises between the check and a group's commit, such as
+    /// a removal racing the ack, refuses the request in the same way.)
     pub async fn ack(&self, request: AcksOf) -> Result<Result<Vec<CursorState>, Refusal>, DbError> {
-        let mut hasher = DefaultHasher::new();
-        request.user_id.hash(&mut hasher);
-        self.submit(hasher.finish() % ACK_LANES, request).await
+        if !serving_citus() {
+            let mut hasher = DefaultHasher::new();
+            request.user_id.hash(&mut hasher);
+            return self.submit(hasher.finish() % ACK_LANES, request).await;
+        }
+        let by_group = split_by_group(&request);
+        if let [(group_id, _)] = by_group[..] {
+            return self.submit(group_id as u64, request).await;
+        }
+        let checked = request.clone();
+        if let Some(refusal) = self
+            .db()
+            .read(move |conn| refusal_of(conn, &checked))
+            .await?
+        {
+            return Ok(Err(refusal));
+        }
+        // The groups' transactions run side by side, each in its group's queue.
+        let per_group: Vec<_> = by_group
+            .iter()
+            .map(|(group_id, indexes)| {
+                let part = AcksOf {
+                    user_id: request.user_id.clone(),
+                    device: request.device.clone(),
+                    acks: indexes.iter().map(|&i| request.acks[i]).collect(),
+                };
+                let queues = self.clone();
+                let key = *group_id as u64;
+                tokio::spawn(async move { queues.submit(key, part).await })
+            })
+            .collect();
+        let mut states: Vec<Option<CursorState>> = vec![None; request.acks.len()];
+        for ((_, indexes), answer) in by_group.iter().zip(per_group) {
+            let answer = answer.await.map_err(|_| DbError::Task)?;
+            match answer? {
+                Ok(part) => {
+                    for (&i, state) in indexes.iter().zip(part) {
+                        states[i] = Some(state);
+                    }
+                }
+                Err(Refusal::InBatch { index, refusal }) => {
+                    let index = indexes.get(index).copied().unwrap_or(index);
+                    return Ok(Err(Refusal::InBatch { index, refusal }));
+                }
+                Err(refusal) => return Ok(Err(refusal)),
+            }
+        }
+        Ok(Ok(states.into_iter().flatten().collect()))
     }
+}
+
+/// The request's groups in the order they first appear, each with the positions of its acks.
+fn split_by_group(request: &AcksOf) -> Vec<(i64, Vec<usize>)> {
+    let mut by_group: Vec<(i64, Vec<usize>)> = Vec::new();
+    for (i, ack) in request.acks.iter().enumerate() {
+        match by_group.iter_mut().find(|(g, _)| *g == ack.group_id) {
+            Some((_, indexes)) => indexes.push(i),
+            None => by_group.push((ack.group_id, vec![i])),
+        }
+    }
+    by_group
 }

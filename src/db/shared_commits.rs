@@ -128,6 +128,11 @@ impl<W: SharedWork> SharedCommits<W> {
         }
     }
 
+    /// The database the writes go to.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
     /// The write's answer, once committed.
     pub async fn submit(&self, key: W::Key, item: W::Item) -> Outcome<W> {
         if !self.inner.db.shares_commits() {

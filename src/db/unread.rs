@@ -127,33 +127,39 @@ pub fn above_read_after(
         }
         return Ok(HashMap::new());
     }
-    let rows: Vec<Vec<Value<'_>>> = pairs
-        .iter()
-        .map(|&(group_id, user_id)| vec![Value::Int(group_id), Value::Text(user_id)])
-        .collect();
-    let query = RawSql::default()
-        .sql(&format!(
-            "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
-                    group_members.own_msgs_after_read, \
-                    CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
-                    CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
-             FROM "
-        ))
-        .rows("t", &["g", "u"], &rows)
-        .sql(
-            " JOIN group_members ON group_members.group_id = t.g AND group_members.user_id = t.u \
-             JOIN groups ON groups.group_id = group_members.group_id",
-        );
+    let query = RawSql::default().sql(&format!(
+        "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
+                group_members.own_msgs_after_read, \
+                CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
+                CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
+         FROM group_members JOIN groups ON groups.group_id = group_members.group_id"
+    ));
     let query = match one_group(pairs.iter().map(|p| p.0)) {
-        Some(group_id) => query
-            .sql(" WHERE group_members.group_id = ")
-            .int(group_id)
-            .sql(" AND groups.group_id = ")
-            .int(group_id),
-        None => query,
-    }
-    // Kept for one group (the ack of one group), whose text is the same every time.
-    .keep_prepared();
+        // One group, named (on Citus: its shard alone), and its members by an array, so
+        // the text is the same however many: kept prepared.
+        Some(group_id) => {
+            let users: Vec<&str> = pairs.iter().map(|p| p.1).collect();
+            query
+                .sql(" WHERE group_members.group_id = ")
+                .int(group_id)
+                .sql(" AND groups.group_id = ")
+                .int(group_id)
+                .sql(" AND group_members.user_id")
+                .in_texts(&users)
+                .keep_prepared()
+        }
+        None => {
+            let rows: Vec<Vec<Value<'_>>> = pairs
+                .iter()
+                .map(|&(group_id, user_id)| vec![Value::Int(group_id), Value::Text(user_id)])
+                .collect();
+            query
+                .sql(" JOIN ")
+                .rows("t", &["g", "u"], &rows)
+                .sql(" ON group_members.group_id = t.g AND group_members.user_id = t.u")
+                .keep_prepared()
+        }
+    };
     let found: Vec<Row> = query.load_after(writes, conn)?;
     Ok(found
         .into_iter()

@@ -16,7 +16,7 @@ use super::build::{build_notification, BuildContext};
 use super::config::PushConfig;
 use super::delivery::{backoff, Attempt, Deliverer};
 use crate::db::models::now_utc;
-use crate::db::push_due::{due_devices, Cutoffs};
+use crate::db::push_due::{due_devices, CandidateScan, Cutoffs};
 use crate::db::push_outbox::{
     any_due_attempts, claim_attempts, retry_later, settle, Lease, Pending,
 };
@@ -37,6 +37,8 @@ pub struct PushJob {
     /// Whether the last attempt failed: an outage is logged when it starts and when it ends,
     /// not once per attempt.
     failing: AtomicBool,
+    /// Where the search for due devices goes on (used on Citus only).
+    scan: std::sync::Mutex<CandidateScan>,
 }
 
 impl PushJob {
@@ -54,6 +56,7 @@ impl PushJob {
             instance,
             slots: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             failing: AtomicBool::new(false),
+            scan: std::sync::Mutex::default(),
         })
     }
 }
@@ -103,10 +106,18 @@ impl PushJob {
             grace: now - chrono_of(self.config.grace),
             interval: now - chrono_of(self.config.interval),
         };
-        let devices = self
+        let scan = self.scan.lock().map(|s| s.clone()).unwrap_or_default();
+        let (devices, scan) = self
             .db
-            .read(move |conn| due_devices(conn, cutoffs, free))
+            .read(move |conn| {
+                let mut scan = scan;
+                let devices = due_devices(conn, cutoffs, free, &mut scan)?;
+                Ok((devices, scan))
+            })
             .await?;
+        if let Ok(mut kept) = self.scan.lock() {
+            *kept = scan;
+        }
         let mut started = 0;
         for device_id in devices {
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {

@@ -20,7 +20,7 @@ use crate::{on_both_engines, on_postgres};
 on_both_engines!(a_cursor_of_the_snapshot_format_is_answered_410_on_both_feeds,);
 
 on_postgres!(
-    a_dump_restored_into_another_database_keeps_every_feed_and_cursor,
+    on_postgres_a_dump_restored_into_another_database_keeps_every_feed_and_cursor,
     a_change_left_unpublished_by_a_dead_instance_reaches_the_feed_once,
 );
 
@@ -111,7 +111,7 @@ fn dump_and_restore(app: &TestApp) -> ScratchDb {
 /// A member's and a sender's cursors, taken before a dump and used against the restored copy:
 /// they report what changed before the dump and after the restore, each once, in a database
 /// whose transaction ids started over.
-async fn a_dump_restored_into_another_database_keeps_every_feed_and_cursor() {
+async fn on_postgres_a_dump_restored_into_another_database_keeps_every_feed_and_cursor() {
     let app = crate::helpers::spawn_app(Engine::Postgres).await;
     let group = app.group_with("alice", &["bob"]).await;
     app.send_ok("alice", group, "before the cursors").await;

@@ -657,9 +657,15 @@ async fn a_lost_announcement_delays_a_poll_to_its_timeout_and_skips_nothing() {
 /// lock: a write that has begun and cannot commit yet. (Row locks only: a commit's brief wait
 /// for the NOTIFY queue is a lock wait too.)
 async fn until_a_begun_write_waits_for_a_row_lock(app: &TestApp) {
-    let query = "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
-                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                 AND wait_event IN ('transactionid', 'tuple') AND backend_xid IS NOT NULL";
+    // On Citus the write waits on the worker that holds the row: the cluster-wide view of
+    // lock waits shows it.
+    let query = if app.on_citus().await {
+        "SELECT CAST(waiting_gpid AS TEXT) AS value FROM citus_lock_waits"
+    } else {
+        "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND wait_event IN ('transactionid', 'tuple') AND backend_xid IS NOT NULL"
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let xids = app.postgres_values(query).await;
