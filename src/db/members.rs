@@ -578,19 +578,8 @@ pub fn advance_past_own_entries(
             ]
         })
         .collect();
-    #[derive(diesel::QueryableByName)]
-    struct After {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        user_id: String,
-        #[diesel(sql_type = BigInt)]
-        last_read_msg_id: i64,
-        #[diesel(sql_type = BigInt)]
-        delivered_msg_id: i64,
-        #[diesel(sql_type = BigInt)]
-        joined_after_msg_id: i64,
-    }
     // Every SET expression reads the row as it was before the update, on both engines.
-    let updated: Vec<After> = RawSql::default()
+    let updated: Vec<UserCursors> = RawSql::default()
         .sql(
             "UPDATE group_members SET \
                own_msgs_after_read = own_msgs_after_read + CASE \
@@ -639,11 +628,7 @@ pub fn advance_past_own_entries(
         // A cursor at `read.to` came from `read.from` by this statement: no other write can
         // have put it on an entry that is not committed yet.
         let before = |now: i64| if now == read.to { read.from } else { now };
-        let now = MemberCursors {
-            read: after.last_read_msg_id,
-            delivered: after.delivered_msg_id,
-            joined: after.joined_after_msg_id,
-        };
+        let now = after.cursors();
         let was = MemberCursors {
             read: before(now.read),
             delivered: before(now.delivered),
@@ -731,6 +716,29 @@ pub fn read_past_expired(
     Ok(())
 }
 
+/// A member's three cursors as a statement returns them.
+#[derive(diesel::QueryableByName)]
+struct UserCursors {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    user_id: String,
+    #[diesel(sql_type = BigInt)]
+    last_read_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
+    delivered_msg_id: i64,
+    #[diesel(sql_type = BigInt)]
+    joined_after_msg_id: i64,
+}
+
+impl UserCursors {
+    fn cursors(&self) -> MemberCursors {
+        MemberCursors {
+            read: self.last_read_msg_id,
+            delivered: self.delivered_msg_id,
+            joined: self.joined_after_msg_id,
+        }
+    }
+}
+
 /// The members of the group whose read cursor is below `through_msg_id`, with their cursors,
 /// locked on PostgreSQL until the transaction ends (SQLite has one writer).
 fn members_behind(
@@ -738,22 +746,11 @@ fn members_behind(
     group_id: i64,
     through_msg_id: i64,
 ) -> QueryResult<Vec<(String, MemberCursors)>> {
-    #[derive(diesel::QueryableByName)]
-    struct Behind {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        user_id: String,
-        #[diesel(sql_type = BigInt)]
-        last_read_msg_id: i64,
-        #[diesel(sql_type = BigInt)]
-        delivered_msg_id: i64,
-        #[diesel(sql_type = BigInt)]
-        joined_after_msg_id: i64,
-    }
     let lock = match conn {
         AnyConnection::Postgresql(_) => " ORDER BY user_id FOR NO KEY UPDATE",
         AnyConnection::Sqlite(_) => "",
     };
-    let rows: Vec<Behind> = RawSql::default()
+    let rows: Vec<UserCursors> = RawSql::default()
         .sql(
             "SELECT user_id, last_read_msg_id, delivered_msg_id, joined_after_msg_id \
              FROM group_members WHERE group_id = ",
@@ -766,11 +763,7 @@ fn members_behind(
     Ok(rows
         .into_iter()
         .map(|r| {
-            let cursors = MemberCursors {
-                read: r.last_read_msg_id,
-                delivered: r.delivered_msg_id,
-                joined: r.joined_after_msg_id,
-            };
+            let cursors = r.cursors();
             (r.user_id, cursors)
         })
         .collect())
