@@ -2,7 +2,7 @@
 //! registry of parked long-polls. A waiter holds no database connection and no thread.
 //!
 //! Wake-ups arrive from this process (after a commit) and, on PostgreSQL, from other instances
-//! through LISTEN/NOTIFY on one dedicated connection ([`run_pg_listener`]).
+//! through LISTEN/NOTIFY: one dedicated connection per database node ([`run_pg_listeners`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -214,10 +214,91 @@ impl Notifier {
     }
 }
 
+/// Listens for other instances' wake-ups on every node of the database until the process
+/// ends. A notification reaches only the listeners of the node it was sent on, and on Citus
+/// each instance sends on the node it is attached to (the coordinator or any worker), so an
+/// instance listens on each of them: the configured node, and every active primary Citus
+/// lists in `pg_dist_node`, reached at the configured URL with that node's host and port.
+/// The list is read again every [`NODES_REREAD_EVERY`], so added nodes are heard and removed
+/// ones let go. On plain PostgreSQL that is the one configured node.
+pub async fn run_pg_listeners(url: String, notifier: Arc<Notifier>) {
+    let mut listening: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        let mut wanted = match cluster_node_urls(&url).await {
+            Ok(urls) => urls,
+            Err(e) => {
+                tracing::warn!(error = ?e, "cannot read the database's node list; keeping the listeners as they are");
+                listening.keys().cloned().collect()
+            }
+        };
+        wanted.insert(url.clone());
+        listening.retain(|node_url, task| {
+            let keep = wanted.contains(node_url);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for node_url in wanted {
+            listening
+                .entry(node_url.clone())
+                .or_insert_with(|| tokio::spawn(run_pg_listener(node_url, notifier.clone())));
+        }
+        let mut stopping = notifier.shutdown.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(NODES_REREAD_EVERY) => {}
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
+    }
+}
+
+/// How often the node list of a Citus database is read again.
+const NODES_REREAD_EVERY: Duration = Duration::from_secs(30);
+
+/// The URLs of the database's other nodes: empty on plain PostgreSQL.
+async fn cluster_node_urls(url: &str) -> Result<HashSet<String>, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let driver = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT nodename, nodeport FROM pg_dist_node \
+             WHERE noderole = 'primary' AND isactive \
+               AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')",
+            &[],
+        )
+        .await;
+    drop(client);
+    driver.abort();
+    let rows = match rows {
+        Ok(rows) => rows,
+        // No pg_dist_node: not a Citus database.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            return Ok(HashSet::new())
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            let host: String = row.try_get(0).ok()?;
+            let port: i32 = row.try_get(1).ok()?;
+            node_url(url, &host, u16::try_from(port).ok()?)
+        })
+        .collect())
+}
+
+/// `url` pointed at another node: the same user, password, database and options.
+fn node_url(url: &str, host: &str, port: u16) -> Option<String> {
+    let mut parsed = url::Url::parse(url).ok()?;
+    parsed.set_host(Some(host)).ok()?;
+    parsed.set_port(Some(port)).ok()?;
+    Some(parsed.into())
+}
+
 /// Listens for other instances' wake-ups until the process ends, reconnecting with backoff.
 /// After every (re)connect all local waiters re-check the database, since notifications sent
 /// while the connection was down are gone.
-pub async fn run_pg_listener(url: String, notifier: Arc<Notifier>) {
+async fn run_pg_listener(url: String, notifier: Arc<Notifier>) {
     let mut backoff = FIRST_BACKOFF;
     loop {
         match listen(&url, &notifier, &mut backoff).await {
@@ -323,6 +404,19 @@ mod tests {
         );
         drop(a1);
         assert!(n.register("a", vec![]).is_ok());
+    }
+
+    #[test]
+    fn a_node_url_keeps_everything_but_host_and_port() {
+        assert_eq!(
+            node_url(
+                "postgres://chorus:secret@db-0:9700/chorus?sslmode=disable",
+                "10.0.0.7",
+                5432
+            )
+            .as_deref(),
+            Some("postgres://chorus:secret@10.0.0.7:5432/chorus?sslmode=disable")
+        );
     }
 
     #[test]

@@ -142,7 +142,7 @@ fn spawn_background_jobs(
     notifier: &Arc<Notifier>,
 ) {
     if db.engine() == Engine::Postgres {
-        tokio::spawn(notify::run_pg_listener(
+        tokio::spawn(notify::run_pg_listeners(
             db_settings.url.clone(),
             notifier.clone(),
         ));

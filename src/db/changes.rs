@@ -9,6 +9,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable};
 
+use super::distribution::on_citus;
 use super::raw_sql::RawSql;
 use super::{AnyConnection, MultiBackend};
 
@@ -44,16 +45,29 @@ struct ClockValue {
     published: i64,
 }
 
-/// The feed clock's value: every change published so far.
+/// The newest watermark a reader may take: every change published at or below it is visible
+/// to the reader's next statement.
+///
+/// On one node that is the clock's value. On Citus a publication commits node by node, so a
+/// reader may see the clock moved while the rows it stamped on another node are not visible
+/// yet. But each publication updates the clock on every node, and so waits there for the one
+/// before it to commit: a reader that sees value `c` anywhere knows publication `c - 1`
+/// committed everywhere. It reads up to `c - 1`; the publication after a busy one closes it
+/// (see [`super::publish`]), so a change never waits for the next write to become readable.
 pub fn current_watermark(conn: &mut AnyConnection) -> QueryResult<Watermark> {
     // Every long-poll without a cursor starts here, so the statement stays prepared.
     let rows: Vec<ClockValue> = RawSql::default()
         .sql(CLOCK_NOW)
         .keep_prepared()
         .load(conn)?;
-    rows.first()
-        .map(|row| Watermark(row.published))
-        .ok_or(diesel::result::Error::NotFound)
+    let published = rows
+        .first()
+        .map(|row| row.published)
+        .ok_or(diesel::result::Error::NotFound)?;
+    match on_citus(conn) {
+        true => Ok(Watermark((published - 1).max(0))),
+        false => Ok(Watermark(published)),
+    }
 }
 
 /// The clock's value as a subquery: what has been published when the statement runs.
@@ -64,8 +78,10 @@ const CLOCK_NOW: &str = "SELECT published FROM feed_clock WHERE clock_id = 0";
 pub enum WindowEnd {
     /// At a watermark an earlier read took: the window a cursor is paging through.
     At(Watermark),
-    /// At what the read itself sees: a new window. The reading statement reads the clock in
-    /// its own snapshot, so taking it costs no statement of its own.
+    /// At what the read itself sees: a new window. On one node the reading statement reads
+    /// the clock in its own snapshot, so taking it costs no statement of its own; on Citus,
+    /// where one statement's reads on different nodes share no snapshot, the clock is read
+    /// first ([`current_watermark`]).
     Now,
 }
 
@@ -166,6 +182,11 @@ where
     match end {
         WindowEnd::At(to) => {
             let items = query(RawSql::default(), end).load(conn)?;
+            Ok((to, items))
+        }
+        WindowEnd::Now if on_citus(conn) => {
+            let to = current_watermark(conn)?;
+            let items = query(RawSql::default(), WindowEnd::At(to)).load(conn)?;
             Ok((to, items))
         }
         WindowEnd::Now => {

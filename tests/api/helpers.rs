@@ -167,8 +167,9 @@ impl TestApp {
     }
 
     /// A second instance with the test sizing and then `adjust` applied.
+    /// On Citus it attaches to a worker, where this one attaches to the coordinator.
     pub async fn second_instance_with(&self, adjust: impl FnOnce(&mut Settings)) -> SecondInstance {
-        let server = InProcessServer::start(&self.database_url, |settings| {
+        let server = InProcessServer::start(self._db.second_node_url(), |settings| {
             server::test_sizing(settings);
             adjust(settings);
         })
@@ -444,7 +445,9 @@ impl TestApp {
         // On Citus a write waits on the worker that holds the row: the cluster-wide view of
         // lock waits shows it.
         let query = if self.on_citus().await {
-            "SELECT count(*)::text AS value FROM citus_lock_waits"
+            "SELECT count(DISTINCT w.waiting_gpid)::text AS value FROM citus_lock_waits w \
+             JOIN citus_stat_activity a ON a.global_pid = w.waiting_gpid \
+             WHERE a.datname = current_database()"
         } else {
             "SELECT count(*)::text AS value FROM pg_stat_activity \
              WHERE datname = current_database() AND wait_event_type = 'Lock'"

@@ -660,7 +660,9 @@ async fn until_a_begun_write_waits_for_a_row_lock(app: &TestApp) {
     // On Citus the write waits on the worker that holds the row: the cluster-wide view of
     // lock waits shows it.
     let query = if app.on_citus().await {
-        "SELECT CAST(waiting_gpid AS TEXT) AS value FROM citus_lock_waits"
+        "SELECT DISTINCT CAST(w.waiting_gpid AS TEXT) AS value FROM citus_lock_waits w \
+         JOIN citus_stat_activity a ON a.global_pid = w.waiting_gpid \
+         WHERE a.datname = current_database()"
     } else {
         "SELECT CAST(backend_xid AS TEXT) AS value FROM pg_stat_activity \
          WHERE datname = current_database() AND wait_event_type = 'Lock' \
@@ -700,8 +702,9 @@ async fn a_message_committing_after_a_later_one_is_reported_by_the_next_poll() {
         tokio::join!(app.send("alice", early, "c-early", "began first"), async {
             until_a_begun_write_waits_for_a_row_lock(&app).await;
             app.send_ok("alice", late, "committed first").await;
+            // Waits for the committed message's publication, which follows its answer.
             let poll = app
-                .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=0"))
+                .poll_sync("bob", &format!("?cursor={cursor}&timeout_s=5"))
                 .await;
             held.commit().await;
             poll
@@ -759,8 +762,9 @@ async fn an_ack_committing_after_a_later_one_is_reported_by_the_next_poll() {
                 .ack("carol", late, json!({"last_ack_msg_id": late_msg}))
                 .await;
             assert_eq!(ack.status, 200, "{:?}", ack.body);
+            // Waits for the committed ack's publication, which follows its answer.
             let poll = app
-                .poll_receipts("alice", &format!("?cursor={cursor}&timeout_s=0"))
+                .poll_receipts("alice", &format!("?cursor={cursor}&timeout_s=5"))
                 .await;
             held.commit().await;
             poll

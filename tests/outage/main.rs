@@ -20,6 +20,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use support::client::ApiClient;
+use support::private_citus::PrivateCitus;
 use support::private_cluster::PrivateCluster;
 use support::server::{self, InProcessServer};
 
@@ -191,4 +192,147 @@ async fn stored_messages(at: &Instance, group: i64) -> Vec<(String, i64)> {
             )
         })
         .collect()
+}
+
+/// Citus: one worker stops under traffic, with one instance on the coordinator and one on the
+/// other worker. Groups on the stopped worker answer 503 at once; groups on the running worker
+/// go on taking sends, acks and pulls; when the worker is back, every acknowledged send is
+/// there once, and a sync from a cursor taken before the outage reports every group at its
+/// last message (a user's feed reads every shard, so it waits for the worker; nothing in it is
+/// skipped). Ignored by `cargo test`: `.ci/citus` runs it where Citus is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Citus installed into the machine's PostgreSQL; .ci/citus runs it"]
+async fn citus_worker_outage_fails_only_its_groups_and_loses_nothing() {
+    let cluster = PrivateCitus::create().unwrap_or_else(|e| panic!("{e}"));
+    let client = support::http::client(REQUEST_TIMEOUT);
+    let a = start_instance(&cluster.coordinator.url(), &client).await;
+    let b = start_instance(&cluster.workers[0].url(), &client).await;
+    let (up, down) = groups_on_each_worker(&cluster, &a).await;
+    let (_, sync) = b.call("bob", Method::GET, "/v1/sync", None).await;
+    let cursor = sync["cursor"].as_str().unwrap().to_owned();
+    let mut sent = Vec::new();
+    for i in 0..4 {
+        let at = if i % 2 == 0 { &a } else { &b };
+        for group in [up, down] {
+            let (status, body) = at.send(group, &format!("before-{group}-{i}")).await;
+            assert_eq!(status, 201, "{body}");
+            sent.push((group, format!("before-{group}-{i}")));
+        }
+    }
+
+    cluster.workers[1].stop();
+    let bound = Duration::from_millis(POOL_TIMEOUT_MS) + Duration::from_secs(2);
+    for (i, at) in [&a, &b, &a, &b].into_iter().enumerate() {
+        let started = Instant::now();
+        let (status, body) = at.send(down, &format!("during-{i}")).await;
+        assert_unavailable_within(&[(status, body, started.elapsed())], bound);
+        let (status, body) = at.send(up, &format!("during-up-{i}")).await;
+        assert_eq!(
+            status, 201,
+            "a group on the running worker takes sends: {body}"
+        );
+        sent.push((up, format!("during-up-{i}")));
+    }
+    let path = format!("/v1/groups/{up}/messages?after_msg_id=0&limit=100");
+    let (status, page) = b.call("bob", Method::GET, &path, None).await;
+    assert_eq!(status, 200, "and pulls: {page}");
+    let last = page["messages"].as_array().unwrap().last().unwrap()["msg_id"].clone();
+    let ack = json!({"last_ack_msg_id": last});
+    let (status, body) = a
+        .call(
+            "bob",
+            Method::POST,
+            &format!("/v1/groups/{up}/ack"),
+            Some(ack),
+        )
+        .await;
+    assert_eq!(status, 200, "and acks: {body}");
+
+    assert!(cluster.workers[1].start(), "the worker restarts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The same client_msg_id until it lands: a retry the outage made necessary.
+        let (status, body) = b.send(down, "after-0").await;
+        if status == 201 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker's groups recover: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    sent.push((down, "after-0".into()));
+
+    for group in [up, down] {
+        let expected: Vec<String> = sent
+            .iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, id)| id.clone())
+            .collect();
+        let stored: Vec<String> = stored_messages(&a, group)
+            .await
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| !id.is_empty())
+            .collect();
+        assert_eq!(
+            stored, expected,
+            "group {group}: every acknowledged send, once"
+        );
+    }
+    let mut newest = std::collections::HashMap::new();
+    for group in [up, down] {
+        let (_, msg_id) = stored_messages(&a, group).await.pop().expect("messages");
+        newest.insert(group, msg_id);
+    }
+    synced_until(&b, &cursor, &newest).await;
+}
+
+/// Creates groups of alice with bob until one lives on each worker: (on the first worker, on
+/// the second).
+async fn groups_on_each_worker(cluster: &PrivateCitus, at: &Instance) -> (i64, i64) {
+    let (mut first, mut second) = (None, None);
+    for _ in 0..64 {
+        let body = json!({"name": "g", "member_ids": ["bob"]});
+        let (status, group) = at
+            .call("alice", Method::POST, "/v1/groups", Some(body))
+            .await;
+        assert_eq!(status, 201, "{group}");
+        let group = group["group_id"].as_i64().unwrap();
+        match cluster.node_port_of_group(group) {
+            p if p == cluster.workers[0].port() => first = first.or(Some(group)),
+            p if p == cluster.workers[1].port() => second = second.or(Some(group)),
+            _ => {}
+        }
+        if let (Some(first), Some(second)) = (first, second) {
+            return (first, second);
+        }
+    }
+    panic!("64 groups and none on one of the workers")
+}
+
+/// Polls bob's sync from `cursor` until it has reported each group at its newest message, as
+/// `newest` gives them, for at most a minute.
+async fn synced_until(at: &Instance, cursor: &str, newest: &std::collections::HashMap<i64, i64>) {
+    let mut reported = std::collections::HashMap::new();
+    let mut cursor = cursor.to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while &reported != newest {
+        assert!(
+            Instant::now() < deadline,
+            "sync reported {reported:?}, the groups are at {newest:?}"
+        );
+        let path = format!("/v1/sync?cursor={cursor}&timeout_s=5");
+        let (status, body) = at.call("bob", Method::GET, &path, None).await;
+        if status != 200 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        for g in body["groups"].as_array().unwrap() {
+            let group = g["group_id"].as_i64().unwrap();
+            reported.insert(group, g["last_msg_id"].as_i64().unwrap());
+        }
+        cursor = body["cursor"].as_str().unwrap().to_owned();
+    }
 }

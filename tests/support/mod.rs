@@ -15,6 +15,7 @@ pub mod histogram;
 pub mod http;
 pub mod machine;
 pub mod ports;
+pub mod private_citus;
 pub mod private_cluster;
 pub mod proc_status;
 pub mod push_receiver;

@@ -12,10 +12,17 @@ pub struct PrivateCluster {
     bin: PathBuf,
     dir: tempfile::TempDir,
     port: u16,
+    /// Server settings beyond the defaults, as `-c name=value` options.
+    settings: Vec<String>,
 }
 
 impl PrivateCluster {
     pub fn create() -> Option<PrivateCluster> {
+        PrivateCluster::create_with(&[])
+    }
+
+    /// A cluster with these server settings (`name=value`) beyond the defaults.
+    pub fn create_with(settings: &[&str]) -> Option<PrivateCluster> {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
             .ok()?
             .filter_map(|e| e.ok())
@@ -32,7 +39,13 @@ impl PrivateCluster {
             .status()
             .ok()?;
         let port = free_port();
-        let cluster = PrivateCluster { bin, dir, port };
+        let settings = settings.iter().map(|s| format!("-c {s}")).collect();
+        let cluster = PrivateCluster {
+            bin,
+            dir,
+            port,
+            settings,
+        };
         let data = cluster.data();
         let ok = cluster
             .as_postgres(
@@ -60,9 +73,10 @@ impl PrivateCluster {
 
     pub fn start(&self) -> bool {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off {}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.settings.join(" ")
         );
         let log = self.dir.path().join("log").display().to_string();
         self.as_postgres(
@@ -83,6 +97,15 @@ impl PrivateCluster {
 
     pub fn stop(&self) {
         self.as_postgres("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+    }
+
+    /// The directory of the PostgreSQL binaries this cluster runs.
+    pub fn bin(&self) -> &std::path::Path {
+        &self.bin
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     pub fn url(&self) -> String {

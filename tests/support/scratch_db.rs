@@ -6,6 +6,7 @@ use crate::support::scratch_pg::ScratchPg;
 
 pub struct ScratchDb {
     url: String,
+    second_node_url: String,
     engine: Engine,
     /// Held for its Drop: it deletes the SQLite directory or drops the PostgreSQL database.
     store: Store,
@@ -21,8 +22,10 @@ impl ScratchDb {
     /// same disk as PostgreSQL's data, which keeps the benches' FULL and NORMAL comparable).
     pub fn sqlite() -> Result<ScratchDb, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let url = dir.path().join("chorus.sqlite3").display().to_string();
         Ok(ScratchDb {
-            url: dir.path().join("chorus.sqlite3").display().to_string(),
+            second_node_url: url.clone(),
+            url,
             engine: Engine::Sqlite,
             store: Store::Sqlite(dir),
         })
@@ -32,6 +35,11 @@ impl ScratchDb {
     pub fn postgres(admin_url: &str, prefix: &str) -> Result<ScratchDb, String> {
         let db = ScratchPg::create(admin_url, prefix)?;
         Ok(ScratchDb {
+            second_node_url: db
+                .worker_urls()
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| db.url()),
             url: db.url(),
             engine: Engine::Postgres,
             store: Store::Postgres(db),
@@ -62,6 +70,12 @@ impl ScratchDb {
 
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// Where a second instance attaches: on Citus the database on a worker, so that the tests
+    /// run instances on different nodes; elsewhere the same URL.
+    pub fn second_node_url(&self) -> &str {
+        &self.second_node_url
     }
 
     /// The PostgreSQL database's name (None on SQLite), for settings made per database.

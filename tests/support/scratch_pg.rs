@@ -94,6 +94,15 @@ impl ScratchPg {
         &self.name
     }
 
+    /// The URLs of this database on the Citus workers (none on plain PostgreSQL): where an
+    /// instance attached to a worker connects.
+    pub fn worker_urls(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .map(|admin| with_database(admin, &self.name))
+            .collect()
+    }
+
     /// The URL of this database: the admin URL with its database name replaced.
     pub fn url(&self) -> String {
         with_database(&self.admin_url, &self.name)
