@@ -12,7 +12,7 @@ use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 use super::fixed_sql::fixed_sql;
 use super::models::EntryKind;
 use super::raw_sql::RawSql;
-use super::unread::{unread_sql, UnreadInputs, MENTIONS_ABOVE_READ, NOT_COUNTED_ABOVE_READ};
+use super::unread::{unread_sql, UnreadInputs, MENTIONS_OVER_ROWS, NOT_COUNTED_OVER_ROWS};
 use super::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
 use crate::schema::{device_cursors, group_members, group_msgs, groups};
@@ -126,8 +126,8 @@ macro_rules! chat_list_query {
                 group_members::last_ack_msg_id,
                 group_members::last_read_msg_id,
                 group_members::own_msgs_after_read,
-                fixed_sql::<BigInt>(NOT_COUNTED_ABOVE_READ),
-                fixed_sql::<BigInt>(MENTIONS_ABOVE_READ),
+                fixed_sql::<BigInt>(&NOT_COUNTED_OVER_ROWS),
+                fixed_sql::<BigInt>(&MENTIONS_OVER_ROWS),
                 device_cursors::last_ack_msg_id.nullable(),
                 (
                     group_msgs::msg_id,

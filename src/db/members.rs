@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use super::access::{member_of, Checked, Refusal};
 use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices;
+use super::distribution::one_group;
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
@@ -268,15 +269,29 @@ fn forward_to(column: &str, to: i64) -> SqlLiteral<BigInt> {
 /// bounds that count to their own messages in the range the cursor passes). SET expressions
 /// all see the row as it was before the update, on both engines; an ack_to of 0 never moves
 /// a cursor, which is at least 0.
-pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str) -> String {
-    format!(
+///
+/// `one_group`: the group every moved row belongs to, when one; the count then names it (on
+/// Citus a subquery that only refers to the outer row's group would run on every shard).
+fn advance_member_sql(
+    one_group: Option<i64>,
+    ack_to: &str,
+    read_to: &str,
+    delivered_to: &str,
+) -> RawSql {
+    let query = RawSql::default().sql(&format!(
         "UPDATE group_members SET \
            last_ack_msg_id = CASE WHEN last_ack_msg_id < {ack_to} THEN {ack_to} \
              ELSE last_ack_msg_id END, \
            own_msgs_after_read = CASE WHEN last_read_msg_id < {read_to} \
              THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
-               WHERE m.group_id = group_members.group_id \
-                 AND m.sender_id = group_members.user_id AND m.kind = 'message' \
+               WHERE m.group_id = "
+    ));
+    let query = match one_group {
+        Some(group_id) => query.int(group_id),
+        None => query.sql("group_members.group_id"),
+    };
+    query.sql(&format!(
+        " AND m.sender_id = group_members.user_id AND m.kind = 'message' \
                  AND m.msg_id > group_members.last_read_msg_id \
                  AND m.msg_id <= {read_to}) \
              ELSE own_msgs_after_read END, \
@@ -284,7 +299,7 @@ pub(super) fn advance_member_sql(ack_to: &str, read_to: &str, delivered_to: &str
              ELSE last_read_msg_id END, \
            delivered_msg_id = CASE WHEN delivered_msg_id < {delivered_to} \
              THEN {delivered_to} ELSE delivered_msg_id END"
-    )
+    ))
 }
 
 /// Moves members' cursors forward, each (group, user) by its [`Advance`], in one statement,
@@ -315,17 +330,14 @@ pub fn advance_members(
             ]
         })
         .collect();
-    let query = RawSql::default()
-        .sql(&advance_member_sql(
-            "t.ack_to",
-            "t.read_to",
-            "t.delivered_to",
-        ))
+    let one_group = one_group(moves.iter().map(|m| m.0 .0));
+    let query = advance_member_sql(one_group, "t.ack_to", "t.read_to", "t.delivered_to")
         .sql(" FROM ")
         .rows("t", &["g", "u", "ack_to", "read_to", "delivered_to"], &rows)
+        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = t.u")
+        .within_one_group("group_members.group_id", moves.iter().map(|m| m.0 .0))
         .sql(
-            " WHERE group_members.group_id = t.g AND group_members.user_id = t.u \
-             RETURNING group_members.group_id, group_members.user_id, last_ack_msg_id, \
+            " RETURNING group_members.group_id, group_members.user_id, last_ack_msg_id, \
              last_read_msg_id, delivered_msg_id, own_msgs_after_read",
         )
         // Kept for one membership (the ack of one group), whose text is the same every time.

@@ -118,6 +118,18 @@ impl RawSql {
         self
     }
 
+    /// Appends ` AND <column> = <the group>` to a `WHERE` clause when every row the statement
+    /// touches belongs to one of `group_ids`' groups and they all name the same one: Citus
+    /// runs a statement on one shard only when it names its distribution column's value,
+    /// which it cannot see inside an array or a table of rows. Elsewhere the condition is
+    /// redundant, and an index probe answers it.
+    pub fn within_one_group(self, column: &str, group_ids: impl IntoIterator<Item = i64>) -> Self {
+        match super::distribution::one_group(group_ids) {
+            Some(group_id) => self.sql(&format!(" AND {column} = ")).int(group_id),
+            None => self,
+        }
+    }
+
     /// Appends a placeholder for a text value and binds it.
     pub fn text(mut self, value: &str) -> Self {
         self.segments

@@ -23,6 +23,7 @@
 //! query whose FROM names that table without an alias.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
@@ -31,21 +32,51 @@ use super::distribution::one_group;
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 
+/// SQL about a membership row (`group_members`) that reads other tables of the row's group:
+/// the text around each place the group is named. Over the rows of many groups the group is
+/// the row's column; over one group's rows it is that group's id, bound, because on Citus a
+/// subquery that names its group only through the outer row runs on every shard.
+pub struct GroupScoped(&'static [&'static str]);
+
+impl GroupScoped {
+    /// The text for rows of any group.
+    pub fn over_rows(&self) -> String {
+        self.0.join("group_members.group_id")
+    }
+
+    /// `query` with the text for rows of `group_id` alone appended.
+    pub fn for_group(&self, query: RawSql, group_id: i64) -> RawSql {
+        let (last, before) = self.0.split_last().expect("text around the group");
+        before
+            .iter()
+            .fold(query, |query, part| query.sql(part).int(group_id))
+            .sql(last)
+    }
+}
+
 /// Entries above the member's read cursor that never count as unread.
-pub const NOT_COUNTED_ABOVE_READ: &str = "(SELECT count(*) FROM group_msgs nc \
-     WHERE nc.group_id = group_members.group_id \
-       AND nc.msg_id > group_members.last_read_msg_id AND nc.kind <> 'message')";
+pub const NOT_COUNTED_ABOVE_READ: GroupScoped = GroupScoped(&[
+    "(SELECT count(*) FROM group_msgs nc WHERE nc.group_id = ",
+    " AND nc.msg_id > group_members.last_read_msg_id AND nc.kind <> 'message')",
+]);
 
 /// Messages above the member's read cursor that mention them, by name or as everyone.
-pub const MENTIONS_ABOVE_READ: &str = "((SELECT count(*) FROM mentions mn \
-       WHERE mn.group_id = group_members.group_id AND mn.user_id = group_members.user_id \
+pub const MENTIONS_ABOVE_READ: GroupScoped = GroupScoped(&[
+    "((SELECT count(*) FROM mentions mn WHERE mn.group_id = ",
+    " AND mn.user_id = group_members.user_id \
          AND mn.msg_id > group_members.last_read_msg_id) \
-   + (SELECT count(*) FROM group_msgs ma \
-       WHERE ma.group_id = group_members.group_id AND ma.mention_all \
+   + (SELECT count(*) FROM group_msgs ma WHERE ma.group_id = ",
+    " AND ma.mention_all \
          AND ma.msg_id > group_members.last_read_msg_id AND ma.kind = 'message' \
          AND ma.sender_id <> group_members.user_id \
          AND NOT EXISTS (SELECT 1 FROM mentions mx WHERE mx.group_id = ma.group_id \
-                           AND mx.msg_id = ma.msg_id AND mx.user_id = group_members.user_id)))";
+                           AND mx.msg_id = ma.msg_id AND mx.user_id = group_members.user_id)))",
+]);
+
+/// [`NOT_COUNTED_ABOVE_READ`] and [`MENTIONS_ABOVE_READ`] over rows of any group, spelled once.
+pub static NOT_COUNTED_OVER_ROWS: LazyLock<String> =
+    LazyLock::new(|| NOT_COUNTED_ABOVE_READ.over_rows());
+pub static MENTIONS_OVER_ROWS: LazyLock<String> = LazyLock::new(|| MENTIONS_ABOVE_READ.over_rows());
 
 /// The figures of one membership that its unread count is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,7 +106,8 @@ pub const UNREAD_OF_INPUTS: &str = "GREATEST(0, last_msg_id - last_read_msg_id \
 pub fn unread_sql() -> String {
     format!(
         "(groups.last_msg_id - group_members.last_read_msg_id \
-          - group_members.own_msgs_after_read - {NOT_COUNTED_ABOVE_READ})"
+          - group_members.own_msgs_after_read - {})",
+        *NOT_COUNTED_OVER_ROWS
     )
 }
 
@@ -127,14 +159,28 @@ pub fn above_read_after(
         }
         return Ok(HashMap::new());
     }
-    let query = RawSql::default().sql(&format!(
-        "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
-                group_members.own_msgs_after_read, \
-                CAST({NOT_COUNTED_ABOVE_READ} AS BIGINT) AS not_counted, \
-                CAST({MENTIONS_ABOVE_READ} AS BIGINT) AS mentions \
-         FROM group_members JOIN groups ON groups.group_id = group_members.group_id"
-    ));
-    let query = match one_group(pairs.iter().map(|p| p.0)) {
+    let select = |query: RawSql, group: Option<i64>| {
+        let query = query.sql(
+            "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
+                    group_members.own_msgs_after_read, CAST(",
+        );
+        let query = match group {
+            Some(group_id) => NOT_COUNTED_ABOVE_READ.for_group(query, group_id),
+            None => query.sql(&NOT_COUNTED_OVER_ROWS),
+        }
+        .sql(" AS BIGINT) AS not_counted, CAST(");
+        match group {
+            Some(group_id) => MENTIONS_ABOVE_READ.for_group(query, group_id),
+            None => query.sql(&MENTIONS_OVER_ROWS),
+        }
+        .sql(
+            " AS BIGINT) AS mentions \
+             FROM group_members JOIN groups ON groups.group_id = group_members.group_id",
+        )
+    };
+    let group = one_group(pairs.iter().map(|p| p.0));
+    let query = select(RawSql::default(), group);
+    let query = match group {
         // One group, named (on Citus: its shard alone), and its members by an array, so
         // the text is the same however many: kept prepared.
         Some(group_id) => {

@@ -166,7 +166,7 @@ async fn outage_and_recovery(
     (during, after["msg_id"].as_i64().unwrap())
 }
 
-fn assert_unavailable_within(during: &DuringOutage, bound: Duration) {
+fn assert_unavailable_within(during: &[(u16, Value, Duration)], bound: Duration) {
     for (status, body, took) in during {
         assert_eq!(*status, 503, "{body}");
         assert_eq!(body["error"]["code"], "unavailable");
