@@ -79,13 +79,17 @@ impl ScratchPg {
             &format!("SELECT citus_set_coordinator_host('{host}', {port})"),
         )?;
         for worker in workers {
-            run(
-                &url,
-                &format!(
-                    "SELECT citus_add_node('{}', {})",
-                    worker.nodename, worker.nodeport
-                ),
-            )?;
+            let add = format!(
+                "SELECT citus_add_node('{}', {})",
+                worker.nodename, worker.nodeport
+            );
+            // Now and then the coordinator's first connection to a worker's new database
+            // fails ("failure on connection marked as essential") while many tests create
+            // theirs; a second try a moment later succeeds.
+            run(&url, &add).or_else(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                run(&url, &add)
+            })?;
         }
         Ok(())
     }

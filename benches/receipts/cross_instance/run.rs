@@ -39,7 +39,8 @@ pub async fn run_wake_loop(engine: Engine, topology: Topology) -> Result<WakeRes
     let requests = Arc::new(AtomicU64::new(0));
     let a = Server::start(db.url(), &requests).await?;
     let b = match topology {
-        Topology::TwoInstances => Some(Server::start(db.url(), &requests).await?),
+        // On Citus the second instance attaches to a worker: wake-ups cross nodes.
+        Topology::TwoInstances => Some(Server::start(db.second_node_url(), &requests).await?),
         Topology::OneInstance => None,
     };
     let ack_http = b.as_ref().map_or(a.http.clone(), |b| b.http.clone());
