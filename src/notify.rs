@@ -255,7 +255,9 @@ pub async fn run_pg_listeners(url: String, notifier: Arc<Notifier>) {
 /// How often the node list of a Citus database is read again.
 const NODES_REREAD_EVERY: Duration = Duration::from_secs(30);
 
-/// The URLs of the database's other nodes: empty on plain PostgreSQL.
+/// The URLs of every node Citus lists for the database (the configured one among them, in
+/// its own spelling): empty on plain PostgreSQL, and when the configured URL is not in URL
+/// form (`host=… port=…`), which cannot be pointed elsewhere: then only its node is heard.
 async fn cluster_node_urls(url: &str) -> Result<HashSet<String>, tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     let driver = tokio::spawn(connection);
@@ -277,6 +279,11 @@ async fn cluster_node_urls(url: &str) -> Result<HashSet<String>, tokio_postgres:
         }
         Err(e) => return Err(e),
     };
+    if !rows.is_empty() && url::Url::parse(url).is_err() {
+        tracing::warn!(
+            "the database URL is not in URL form: wake-ups sent on the other Citus nodes are not heard"
+        );
+    }
     Ok(rows
         .iter()
         .filter_map(|row| {
