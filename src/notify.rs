@@ -224,14 +224,20 @@ impl Notifier {
 pub async fn run_pg_listeners(url: String, notifier: Arc<Notifier>) {
     let mut listening: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     loop {
+        let mut one_node = false;
         let mut wanted = match cluster_node_urls(&url).await {
-            Ok(urls) => urls,
+            Ok(urls) => {
+                // Plain PostgreSQL: one node, nothing to read again.
+                one_node = urls.is_empty();
+                urls
+            }
             Err(e) => {
                 tracing::warn!(error = ?e, "cannot read the database's node list; keeping the listeners as they are");
                 listening.keys().cloned().collect()
             }
         };
-        wanted.insert(url.clone());
+        // In the spelling the node list uses, so the configured node is heard once.
+        wanted.insert(node_url_as_listed(&url));
         listening.retain(|node_url, task| {
             let keep = wanted.contains(node_url);
             if !keep {
@@ -245,6 +251,10 @@ pub async fn run_pg_listeners(url: String, notifier: Arc<Notifier>) {
                 .or_insert_with(|| tokio::spawn(run_pg_listener(node_url, notifier.clone())));
         }
         let mut stopping = notifier.shutdown.subscribe();
+        if one_node {
+            let _ = stopping.wait_for(|stopping| *stopping).await;
+            return;
+        }
         tokio::select! {
             _ = tokio::time::sleep(NODES_REREAD_EVERY) => {}
             _ = stopping.wait_for(|stopping| *stopping) => return,
@@ -292,6 +302,11 @@ async fn cluster_node_urls(url: &str) -> Result<HashSet<String>, tokio_postgres:
             node_url(url, &host, u16::try_from(port).ok()?)
         })
         .collect())
+}
+
+/// `url` as [`node_url`] spells a URL it derives, or as it is when it does not parse.
+fn node_url_as_listed(url: &str) -> String {
+    url::Url::parse(url).map_or_else(|_| url.to_owned(), String::from)
 }
 
 /// `url` pointed at another node: the same user, password, database and options.

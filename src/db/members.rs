@@ -335,7 +335,7 @@ pub fn advance_members(
         .sql(" FROM ")
         .rows("t", &["g", "u", "ack_to", "read_to", "delivered_to"], &rows)
         .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = t.u")
-        .within_one_group("group_members.group_id", moves.iter().map(|m| m.0 .0))
+        .within_one_group("group_members.group_id", one_group)
         .sql(
             " RETURNING group_members.group_id, group_members.user_id, last_ack_msg_id, \
              last_read_msg_id, delivered_msg_id, own_msgs_after_read",

@@ -160,6 +160,9 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 /// last publication of a burst becomes readable when the next round closes it, within a
 /// round, not at the next write. On one node the extra move costs one small update per burst.
 ///
+/// `sent` is selected only so that the `notified` clause runs (PostgreSQL skips a read-only
+/// clause nothing refers to).
+///
 /// The clock's earlier value is read in a CTE of its own: Citus refuses a subquery over a
 /// distributed table that refers to the reference table's row being updated.
 const PUBLISH_ROUND: &str = "\

@@ -119,12 +119,12 @@ impl RawSql {
     }
 
     /// Appends ` AND <column> = <the group>` to a `WHERE` clause when every row the statement
-    /// touches belongs to one of `group_ids`' groups and they all name the same one: Citus
+    /// touches belongs to `one_group` (see [`super::distribution::one_group`]): Citus
     /// runs a statement on one shard only when it names its distribution column's value,
     /// which it cannot see inside an array or a table of rows. Elsewhere the condition is
     /// redundant, and an index probe answers it.
-    pub fn within_one_group(self, column: &str, group_ids: impl IntoIterator<Item = i64>) -> Self {
-        match super::distribution::one_group(group_ids) {
+    pub fn within_one_group(self, column: &str, one_group: Option<i64>) -> Self {
+        match one_group {
             Some(group_id) => self.sql(&format!(" AND {column} = ")).int(group_id),
             None => self,
         }
