@@ -117,53 +117,58 @@ pub fn store_pending(
 }
 
 #[derive(QueryableByName)]
-struct Found {
-    #[diesel(sql_type = BigInt)]
-    found: i64,
+struct DueDevice {
+    #[diesel(sql_type = Text)]
+    device_id: String,
 }
 
-/// Whether any attempt is due and free to claim: a read, so that a tick with nothing to retry
-/// takes no write lock (SQLite's single writer serves the requests meanwhile).
-pub fn any_due_attempts(conn: &mut AnyConnection, now: NaiveDateTime) -> QueryResult<bool> {
-    let rows: Vec<Found> = RawSql::default()
-        .sql(
-            "SELECT CAST(1 AS BIGINT) AS found FROM push_targets \
-             WHERE pending_key IS NOT NULL AND next_attempt_at <= ",
-        )
-        .time(now)
-        .sql(" AND (lease_until IS NULL OR lease_until < ")
-        .time(now)
-        .sql(") LIMIT 1")
-        .load(conn)?;
-    Ok(rows.first().is_some_and(|r| r.found == 1))
-}
-
-/// Leases up to `limit` notifications whose next attempt is due and that no live lease
-/// holds (their deliverer died, or an attempt failed and waited its backoff).
-pub fn claim_attempts(
+/// Up to `limit` devices whose next attempt is due and that no live lease holds (their
+/// deliverer died, or an attempt failed and waited its backoff), oldest due first. A read,
+/// so that a tick with nothing to retry takes no write lock (SQLite's single writer serves
+/// the requests meanwhile), and so that each claim after it writes one device's row alone:
+/// an update that picks its rows across devices would lock rows on every shard at once
+/// where devices are distributed (Citus refuses it).
+pub fn due_attempts(
     conn: &mut AnyConnection,
-    lease: &Lease,
     now: NaiveDateTime,
     limit: i64,
-) -> QueryResult<Vec<Pending>> {
-    let lock = skip_locked(conn);
-    RawSql::default()
-        .sql("UPDATE push_targets SET lease_owner = ")
-        .text(&lease.owner)
-        .sql(", lease_until = ")
-        .time(lease.until)
+) -> QueryResult<Vec<String>> {
+    let rows: Vec<DueDevice> = RawSql::default()
         .sql(
-            " WHERE device_id IN (SELECT device_id FROM push_targets \
-               WHERE pending_key IS NOT NULL AND next_attempt_at <= ",
+            "SELECT device_id FROM push_targets \
+             WHERE pending_key IS NOT NULL AND next_attempt_at <= ",
         )
         .time(now)
         .sql(" AND (lease_until IS NULL OR lease_until < ")
         .time(now)
         .sql(") ORDER BY next_attempt_at LIMIT ")
         .int(limit)
-        .sql(lock)
+        .load(conn)?;
+    Ok(rows.into_iter().map(|r| r.device_id).collect())
+}
+
+/// Leases the device's notification if its attempt is still due and free: another instance
+/// that read the same list may have claimed it since, and then this claims nothing.
+pub fn claim_attempt(
+    conn: &mut AnyConnection,
+    device_id: &str,
+    lease: &Lease,
+    now: NaiveDateTime,
+) -> QueryResult<Option<Pending>> {
+    let claimed: Vec<Pending> = RawSql::default()
+        .sql("UPDATE push_targets SET lease_owner = ")
+        .text(&lease.owner)
+        .sql(", lease_until = ")
+        .time(lease.until)
+        .sql(" WHERE device_id = ")
+        .text(device_id)
+        .sql(" AND pending_key IS NOT NULL AND next_attempt_at <= ")
+        .time(now)
+        .sql(" AND (lease_until IS NULL OR lease_until < ")
+        .time(now)
         .sql(") RETURNING device_id, pending_key, pending_body, pending_since, attempts")
-        .load(conn)
+        .load(conn)?;
+    Ok(claimed.into_iter().next())
 }
 
 /// The notification is done with: delivered, or given up. A notification that was replaced

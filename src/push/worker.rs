@@ -17,9 +17,7 @@ use super::config::PushConfig;
 use super::delivery::{backoff, Attempt, Deliverer};
 use crate::db::models::now_utc;
 use crate::db::push_due::{due_devices, CandidateScan, Cutoffs};
-use crate::db::push_outbox::{
-    any_due_attempts, claim_attempts, retry_later, settle, Lease, Pending,
-};
+use crate::db::push_outbox::{claim_attempt, due_attempts, retry_later, settle, Lease, Pending};
 use crate::db::{Db, DbError};
 use crate::metrics::PushMetrics;
 
@@ -150,26 +148,26 @@ impl PushJob {
             return Ok(0);
         }
         let now = now_utc();
-        if !self
+        let due = self
             .db
-            .read(move |conn| any_due_attempts(conn, now))
-            .await?
-        {
-            return Ok(0);
-        }
-        let lease = self.lease(now);
-        let claimed = self
-            .db
-            .write(move |conn, _| claim_attempts(conn, &lease, now, free))
+            .read(move |conn| due_attempts(conn, now, free))
             .await?;
-        let started = claimed.len();
-        for pending in claimed {
+        let lease = self.lease(now);
+        let mut started = 0;
+        for device_id in due {
+            let lease = lease.clone();
+            let claimed = self
+                .db
+                .write(move |conn, _| claim_attempt(conn, &device_id, &lease, now))
+                .await?;
+            let Some(pending) = claimed else { continue };
             // Only this task takes slots, and attempts only give theirs back: the slots
             // counted above are still free, so this does not wait.
             let Ok(slot) = self.slots.clone().acquire_owned().await else {
                 break;
             };
             self.spawn_attempt(pending, slot);
+            started += 1;
         }
         Ok(started)
     }
