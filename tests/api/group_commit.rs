@@ -518,16 +518,24 @@ async fn a_send_that_fails_the_database_fails_alone_and_the_others_of_its_batch_
     app: TestApp,
 ) {
     let group = app.group_with("alice", &["bob"]).await;
-    let poison = match app.engine {
-        Engine::Sqlite => "CREATE TRIGGER poison BEFORE INSERT ON group_msgs \
-             WHEN NEW.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END;"
-            .to_owned(),
-        // A constraint rather than a trigger: Citus carries it to every shard.
-        Engine::Postgres => "ALTER TABLE group_msgs ADD CONSTRAINT poison \
-             CHECK (content <> 'poison') NOT VALID;"
-            .to_owned(),
+    let lock = match app.engine {
+        Engine::Sqlite => {
+            let poison = "CREATE TRIGGER poison BEFORE INSERT ON group_msgs \
+                 WHEN NEW.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END;";
+            HeldLock::take_doing(&app, group, poison).await
+        }
+        // A constraint rather than a trigger: Citus carries it to every shard. Added before
+        // the lock is taken, in a statement of its own: Citus refuses DDL on a distributed
+        // table in a transaction that has already locked one of its rows.
+        Engine::Postgres => {
+            app.run_postgres_sql(
+                "ALTER TABLE group_msgs ADD CONSTRAINT poison \
+                 CHECK (content <> 'poison') NOT VALID",
+            )
+            .await;
+            HeldLock::take(&app, group).await
+        }
     };
-    let lock = HeldLock::take_doing(&app, group, &poison).await;
     let app_ref = &app;
     let (sends, _) = lock
         .release_after(
