@@ -31,7 +31,7 @@
 //! commit on the same connection ([`publish_now`]).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use diesel::prelude::*;
@@ -130,12 +130,16 @@ struct Stamped {
     stamped: i64,
 }
 
-/// Runs [`PUBLISH_ROUND`] on PostgreSQL; the number of rows it stamped.
+/// Runs a round's statement on PostgreSQL; the number of rows it stamped.
 fn run_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<i64> {
+    let text = match on_citus(conn) {
+        true => PUBLISH_AND_CLOSE_ROUND.as_str(),
+        false => PUBLISH_ROUND.as_str(),
+    };
     let AnyConnection::Postgresql(c) = conn else {
         return Ok(0);
     };
-    let rows: Vec<Stamped> = diesel::sql_query(PUBLISH_ROUND)
+    let rows: Vec<Stamped> = diesel::sql_query(text)
         .bind::<Text, _>(CHANNEL)
         .bind::<Array<Text>, _>(payloads)
         .load(c)?;
@@ -154,37 +158,57 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
         .map(drop)
 }
 
-/// PostgreSQL's round: see [`publish_round`]. The clock also moves when the last publication
-/// stamped rows, though nothing is pending now: that closes it. On Citus a reader trusts only
-/// the positions below the clock it sees (see [`super::changes::current_watermark`]), so the
-/// last publication of a burst becomes readable when the next round closes it, within a
-/// round, not at the next write. On one node the extra move costs one small update per burst.
-///
-/// `sent` is selected only so that the `notified` clause runs (PostgreSQL skips a read-only
-/// clause nothing refers to).
-///
-/// The clock's earlier value is read in a CTE of its own: Citus refuses a subquery over a
-/// distributed table that refers to the reference table's row being updated.
-const PUBLISH_ROUND: &str = "\
-WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
-clock AS ( \
-  UPDATE feed_clock SET published = published + 1 \
-  WHERE clock_id = 0 AND (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
-                       OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
-                       OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL) \
-                       OR EXISTS (SELECT 1 FROM group_msgs WHERE pos = (SELECT published FROM prev)) \
-                       OR EXISTS (SELECT 1 FROM receipt_events WHERE pos = (SELECT published FROM prev)) \
-                       OR EXISTS (SELECT 1 FROM member_events WHERE pos = (SELECT published FROM prev))) \
-  RETURNING published), \
-messages AS (UPDATE group_msgs SET pos = (SELECT published FROM clock) \
-  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1), \
-receipts AS (UPDATE receipt_events SET pos = (SELECT published FROM clock) \
-  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1), \
-members AS (UPDATE member_events SET pos = (SELECT published FROM clock) \
-  WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1), \
-notified AS (SELECT count(pg_notify($1, payload)) AS sent FROM unnest($2::text[]) AS payload) \
-SELECT (SELECT count(*) FROM messages) + (SELECT count(*) FROM receipts) \
-     + (SELECT count(*) FROM members) AS stamped, (SELECT sent FROM notified) AS sent";
+/// PostgreSQL's round (see [`publish_round`]) on one node: the clock moves when a feed row
+/// waits for a position. Readers on one node trust every position up to the clock.
+static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
+
+/// The round on Citus, where a reader trusts only the positions below the clock it sees (see
+/// [`super::changes::current_watermark`]): the clock also moves when the last publication
+/// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
+/// publication at once; this catches one left open by an instance that stopped in between.
+static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));
+
+/// The text of a round. `sent` is selected only so that the `notified` clause runs
+/// (PostgreSQL skips a read-only clause nothing refers to). The clock's earlier value is read
+/// in a CTE of its own: Citus refuses a subquery over a distributed table that refers to the
+/// reference table's row being updated.
+fn round_text(closes_last: bool) -> String {
+    const FEEDS: [&str; 3] = ["group_msgs", "receipt_events", "member_events"];
+    let mut moves_clock: Vec<String> = FEEDS
+        .iter()
+        .map(|feed| format!("EXISTS (SELECT 1 FROM {feed} WHERE pos IS NULL)"))
+        .collect();
+    if closes_last {
+        moves_clock.extend(FEEDS.iter().map(|feed| {
+            format!("EXISTS (SELECT 1 FROM {feed} WHERE pos = (SELECT published FROM prev))")
+        }));
+    }
+    let stamps: Vec<String> = FEEDS
+        .iter()
+        .enumerate()
+        .map(|(k, feed)| {
+            format!(
+                "stamped_{k} AS (UPDATE {feed} SET pos = (SELECT published FROM clock) \
+                 WHERE pos IS NULL AND EXISTS (SELECT 1 FROM clock) RETURNING 1)"
+            )
+        })
+        .collect();
+    let counts: Vec<String> = (0..FEEDS.len())
+        .map(|k| format!("(SELECT count(*) FROM stamped_{k})"))
+        .collect();
+    format!(
+        "WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
+         clock AS (UPDATE feed_clock SET published = published + 1 \
+           WHERE clock_id = 0 AND ({moves_clock}) RETURNING published), \
+         {stamps}, \
+         notified AS (SELECT count(pg_notify($1, payload)) AS sent \
+           FROM unnest($2::text[]) AS payload) \
+         SELECT {counts} AS stamped, (SELECT sent FROM notified) AS sent",
+        moves_clock = moves_clock.join(" OR "),
+        stamps = stamps.join(", "),
+        counts = counts.join(" + "),
+    )
+}
 
 /// One serving instance's publication: the queue of its committed writes' wake-ups, and the
 /// task that publishes them in rounds.
