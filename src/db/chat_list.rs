@@ -46,7 +46,6 @@ pub struct ChatListRow {
 #[derive(Queryable, Debug, Clone)]
 pub struct LastMessage {
     pub msg_id: i64,
-    #[diesel(deserialize_as = String)]
     pub kind: EntryKind,
     pub sender_id: String,
     pub created_at: NaiveDateTime,

@@ -11,7 +11,7 @@ use super::groups::{lock_group, record_appended};
 use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
-use super::raw_sql::RawSql;
+use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, group_msgs, mentions};
@@ -273,35 +273,40 @@ fn own_entries_by_user<'a>(
 }
 
 /// The entries among `sends` that their senders already appended to the group, by sender and
-/// `client_msg_id`.
+/// `client_msg_id`: one look-up per key in the group's unique index on them.
+///
+/// Planned anew on every call, never kept prepared: PostgreSQL's plan for a prepared text is
+/// fixed after a few calls, and when those came early in a table's life, before it had
+/// statistics, the plan it kept scanned all of a sender's entries in the group (the
+/// `(group_id, sender_id, msg_id)` index looked as good as the unique one on an empty
+/// table), so each send cost more the more its sender had sent.
 fn find_sent(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sends: &[NewEntry],
 ) -> QueryResult<HashMap<(String, String), MessageRow>> {
-    let found: Vec<MessageRow> = if let [one] = sends {
-        // One send by key: a text every engine keeps prepared.
-        find_by_client_msg_id(conn, group_id.0, &one.sender_id, &one.client_msg_id)?
-            .into_iter()
-            .collect()
-    } else {
-        let senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
-        let keys: Vec<&str> = sends.iter().map(|s| s.client_msg_id.as_str()).collect();
-        group_msgs::table
-            .filter(group_msgs::group_id.eq(group_id))
-            .filter(group_msgs::sender_id.eq_any(&senders))
-            .filter(group_msgs::client_msg_id.eq_any(&keys))
-            .select(MessageRow::as_select())
-            .load(conn)?
-    };
-    // The lists match every sender with every key: only exact pairs count.
+    let keys: Vec<Vec<Value<'_>>> = sends
+        .iter()
+        .map(|s| vec![Value::Text(&s.sender_id), Value::Text(&s.client_msg_id)])
+        .collect();
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let found: Vec<MessageRow> = RawSql::default()
+        .sql(
+            "SELECT m.group_id, m.msg_id, m.kind, m.sender_id, m.client_msg_id, m.content, \
+             m.created_at, m.target_msg_id, m.reply_to_msg_id, m.mention_all, m.ext, m.detail, \
+             m.edited_at, m.retracted_at FROM ",
+        )
+        .rows("k", &["sender_id", "client_msg_id"], &keys)
+        .sql(
+            " JOIN group_msgs m ON m.sender_id = k.sender_id \
+             AND m.client_msg_id = k.client_msg_id WHERE m.group_id = ",
+        )
+        .int(group_id.0)
+        .load(conn)?;
     Ok(found
         .into_iter()
-        .filter(|row| {
-            sends
-                .iter()
-                .any(|s| s.sender_id == row.sender_id && s.client_msg_id == row.client_msg_id)
-        })
         .map(|row| ((row.sender_id.clone(), row.client_msg_id.clone()), row))
         .collect())
 }
@@ -465,21 +470,6 @@ fn store_mentions(conn: &mut AnyConnection, stored: &[(&NewEntry, MessageRow)]) 
         .values(&rows)
         .execute(c))?;
     Ok(())
-}
-
-pub fn find_by_client_msg_id(
-    conn: &mut AnyConnection,
-    group_id: i64,
-    sender_id: &str,
-    client_msg_id: &str,
-) -> QueryResult<Option<MessageRow>> {
-    group_msgs::table
-        .filter(group_msgs::group_id.eq(group_id))
-        .filter(group_msgs::sender_id.eq(sender_id))
-        .filter(group_msgs::client_msg_id.eq(client_msg_id))
-        .select(MessageRow::as_select())
-        .first(conn)
-        .optional()
 }
 
 pub fn find_message(

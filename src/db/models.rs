@@ -117,12 +117,11 @@ impl MemberRow {
 }
 
 /// One entry of a group's log: a message, a change to a message, or a system line.
-#[derive(Queryable, Selectable, Debug, Clone)]
+#[derive(Queryable, QueryableByName, Selectable, Debug, Clone)]
 #[diesel(table_name = group_msgs)]
 pub struct MessageRow {
     pub group_id: i64,
     pub msg_id: i64,
-    #[diesel(deserialize_as = String)]
     pub kind: EntryKind,
     pub sender_id: String,
     pub client_msg_id: String,
@@ -159,7 +158,7 @@ pub struct NewMessage<'a> {
 
 /// What an entry of a group's log is. Only [`EntryKind::Message`] counts as unread or has
 /// receipts; the stored spelling is also the JSON one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, diesel::deserialize::FromSqlRow)]
 pub enum EntryKind {
     /// A user's message.
     Message,
@@ -218,6 +217,18 @@ impl EntryKind {
 }
 
 /// Reads the stored spelling; the table's CHECK admits no other.
+/// Read from its stored spelling; a spelling no kind has is a deserialization error.
+impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for EntryKind
+where
+    DB: diesel::backend::Backend,
+    String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
+{
+    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+        let stored = String::from_sql(bytes)?;
+        Ok(EntryKind::try_from(stored)?)
+    }
+}
+
 impl TryFrom<String> for EntryKind {
     type Error = String;
 
