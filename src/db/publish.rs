@@ -78,7 +78,7 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
     let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
     diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
         .execute(conn)?;
-    for table in ["group_msgs", "receipt_events", "member_events"] {
+    for table in FEEDS {
         diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
             .execute(conn)?;
     }
@@ -89,7 +89,7 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
 /// `wakes` to other instances. For tools, which run no publisher task.
 pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> QueryResult<()> {
     let payloads: Vec<String> = wakes.events().iter().map(|e| e.encode(instance)).collect();
-    publish_round(conn, payloads)
+    publish_round(conn, payloads, true)
 }
 
 /// One round of publication, committed by itself. On PostgreSQL it is one statement (one
@@ -101,15 +101,28 @@ pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> Q
 /// updated (read committed), so they are skipped, not stamped twice. Rows that committed
 /// after the snapshot are left to the next round, with a larger position.
 ///
-/// On Citus a round is up to three statements. The first stamps; when it stamped rows, the
-/// second closes that publication by moving the clock alone (readers trust only positions
-/// below the clock they see; a move of the reference table's row is a write on every node,
-/// without the first statement's search of every shard), and only then, both committed on
-/// every node, are the payloads sent: a poller woken by them, on whichever node, finds the
-/// change readable.
-fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<()> {
+/// On Citus a round is a few short transactions. The first stamps (see [`stamp_on_citus`]);
+/// when it stamped rows, the second closes that publication by moving the clock alone
+/// (readers trust only positions below the clock they see; a move of the reference table's
+/// row is a write on every node), and only then, both committed on every node, are the
+/// payloads sent: a poller woken by them, on whichever node, finds the change readable.
+///
+/// `writes_waiting` says the round publishes writes this instance committed: rows are almost
+/// surely pending, and the clock is closed after them in any case. Otherwise the round is a
+/// sweep, and looks before it moves the clock.
+fn publish_round(
+    conn: &mut AnyConnection,
+    payloads: Vec<String>,
+    writes_waiting: bool,
+) -> QueryResult<()> {
     if on_citus(conn) {
-        if run_round(conn, Vec::new())? > 0 {
+        let stamped = match writes_waiting {
+            true => stamp_on_citus(conn)?,
+            false => run_round(conn, Vec::new())?,
+        };
+        // Writes waiting whose rows another instance's round stamped: that round may not
+        // have closed its publication yet, and the wake-ups below must find them readable.
+        if stamped > 0 || writes_waiting {
             diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
                 .execute(conn)?;
         }
@@ -121,6 +134,49 @@ fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult
     match conn {
         AnyConnection::Postgresql(_) => run_round(conn, payloads).map(drop),
         AnyConnection::Sqlite(_) => conn.transaction(|c| publish_pending(c).map(drop)),
+    }
+}
+
+/// The feeds whose rows publication stamps.
+const FEEDS: [&str; 3] = ["group_msgs", "receipt_events", "member_events"];
+
+#[derive(QueryableByName)]
+struct ClockMoved {
+    #[diesel(sql_type = BigInt)]
+    published: i64,
+}
+
+/// Citus's stamping when writes are waiting: the clock moves first, and each feed's pending
+/// rows get its value, bound as a constant, in a statement of their own; the number stamped.
+/// Nothing stamped (another instance's round took them) rolls the move back. Each statement
+/// then runs on every shard of one table as plain work; the one-statement round, with its
+/// probes and the clock passed between its clauses, costs Citus several passes over every
+/// shard and results shipped between nodes.
+fn stamp_on_citus(conn: &mut AnyConnection) -> QueryResult<i64> {
+    let stamped = conn.transaction(|c| {
+        let moved: Vec<ClockMoved> = diesel::sql_query(
+            "UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0 \
+             RETURNING published",
+        )
+        .load(c)?;
+        let position = moved
+            .first()
+            .map(|m| m.published)
+            .ok_or(diesel::result::Error::NotFound)?;
+        let mut stamped = 0;
+        for feed in FEEDS {
+            stamped += diesel::sql_query(format!("UPDATE {feed} SET pos = $1 WHERE pos IS NULL"))
+                .bind::<BigInt, _>(position)
+                .execute(c)? as i64;
+        }
+        match stamped {
+            0 => Err(diesel::result::Error::RollbackTransaction),
+            n => Ok(n),
+        }
+    });
+    match stamped {
+        Err(diesel::result::Error::RollbackTransaction) => Ok(0),
+        other => other,
     }
 }
 
@@ -173,7 +229,6 @@ static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(t
 /// in a CTE of its own: Citus refuses a subquery over a distributed table that refers to the
 /// reference table's row being updated.
 fn round_text(closes_last: bool) -> String {
-    const FEEDS: [&str; 3] = ["group_msgs", "receipt_events", "member_events"];
     let mut moves_clock: Vec<String> = FEEDS
         .iter()
         .map(|feed| format!("EXISTS (SELECT 1 FROM {feed} WHERE pos IS NULL)"))
@@ -359,7 +414,10 @@ impl Publisher {
                     .collect(),
                 false => Vec::new(),
             };
-            let sent = pool.run(move |conn| publish_round(conn, payloads)).await;
+            let writes_waiting = !round.events.is_empty();
+            let sent = pool
+                .run(move |conn| publish_round(conn, payloads, writes_waiting))
+                .await;
             match sent {
                 Ok(()) => {
                     self.published.send_replace(round.number);
