@@ -20,19 +20,40 @@ pub enum WakeEvent {
     ReadMoved(String),
 }
 
-/// The wake-ups one write causes, recorded as it runs (see `Db::write`).
+/// The wake-ups one write causes, recorded as it runs (see `Db::write`), and the groups in
+/// which it wrote feed rows (messages, receipt changes, member events) that publication has
+/// yet to give positions: where rows are spread over shards by group, publication then looks
+/// in those groups' shards alone. A group left out costs only time: every publisher also
+/// sweeps all of them every second.
 #[derive(Debug, Default)]
-pub struct Wakes(Vec<WakeEvent>);
+pub struct Wakes {
+    events: Vec<WakeEvent>,
+    feed_groups: Vec<i64>,
+}
 
 impl Wakes {
     /// Duplicates are harmless: PostgreSQL folds identical notifications of one transaction,
-    /// and a second local wake-up of a waiter that is already awake does nothing.
+    /// and a second local wake-up of a waiter that is already awake does nothing. A message
+    /// stored or a cursor moved in a group also means feed rows in that group.
     pub fn record(&mut self, event: WakeEvent) {
-        self.0.push(event);
+        if let WakeEvent::MessageSent(group_id) | WakeEvent::CursorMoved(group_id) = event {
+            self.feed_rows_in(group_id);
+        }
+        self.events.push(event);
+    }
+
+    /// The write added feed rows in the group (for the events that name a user, not the
+    /// group: member events).
+    pub fn feed_rows_in(&mut self, group_id: i64) {
+        self.feed_groups.push(group_id);
     }
 
     pub fn events(&self) -> &[WakeEvent] {
-        &self.0
+        &self.events
+    }
+
+    pub fn feed_groups(&self) -> &[i64] {
+        &self.feed_groups
     }
 }
 
@@ -71,6 +92,18 @@ impl WakeEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_or_a_cursor_move_names_its_group_for_publication_and_a_user_event_does_not() {
+        let mut wakes = Wakes::default();
+        wakes.record(WakeEvent::MessageSent(3));
+        wakes.record(WakeEvent::CursorMoved(4));
+        wakes.record(WakeEvent::ReadMoved("bob".into()));
+        assert_eq!(wakes.feed_groups(), [3, 4]);
+        wakes.feed_rows_in(5);
+        assert_eq!(wakes.feed_groups(), [3, 4, 5]);
+        assert_eq!(wakes.events().len(), 3);
+    }
 
     #[test]
     fn events_round_trip_through_their_payload() {

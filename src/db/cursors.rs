@@ -566,6 +566,9 @@ fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) ->
         .map(|p| (p.state.group_id, p.entry.user_id, p.entry.device))
         .collect();
     statements.extend(reads_statements(&reads));
+    for &(group_id, _, _) in &reads {
+        wakes.feed_rows_in(group_id);
+    }
     let mut readers: Vec<&str> = reads.iter().map(|r| r.1).collect();
     readers.sort_unstable();
     readers.dedup();

@@ -145,6 +145,7 @@ pub fn insert_joined(
         MemberEventKind::Joined,
         Cause::NotTheUser,
     )?;
+    wakes.feed_rows_in(group_id);
     for user in joined {
         wakes.record(WakeEvent::MembershipChanged(user.to_owned()));
     }
@@ -722,6 +723,7 @@ pub fn read_past_expired(
         MemberEventKind::Read,
         Cause::NotTheUser,
     )?;
+    wakes.feed_rows_in(group_id);
     for user in moved {
         wakes.record(WakeEvent::ReadMoved(user));
     }

@@ -30,7 +30,7 @@
 //! Tools without a serving instance (seeding, one-off commands) publish right after their
 //! commit on the same connection ([`publish_now`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,6 +40,7 @@ use tokio::sync::{watch, Notify};
 
 use super::distribution::on_citus;
 use super::gated_pool::GatedPool;
+use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::notify::Notifier;
 use crate::wake::{WakeEvent, Wakes, CHANNEL};
@@ -89,7 +90,8 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
 /// `wakes` to other instances. For tools, which run no publisher task.
 pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> QueryResult<()> {
     let payloads: Vec<String> = wakes.events().iter().map(|e| e.encode(instance)).collect();
-    publish_round(conn, payloads, true)
+    // A tool's writes are few: it looks everywhere rather than trust what they recorded.
+    publish_round(conn, payloads, Look::Everywhere)
 }
 
 /// One round of publication, committed by itself. On PostgreSQL it is one statement (one
@@ -107,18 +109,14 @@ pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> Q
 /// row is a write on every node), and only then, both committed on every node, are the
 /// payloads sent: a poller woken by them, on whichever node, finds the change readable.
 ///
-/// `writes_waiting` says the round publishes writes this instance committed: rows are almost
-/// surely pending, and the clock is closed after them in any case. Otherwise the round is a
-/// sweep, and looks before it moves the clock.
-fn publish_round(
-    conn: &mut AnyConnection,
-    payloads: Vec<String>,
-    writes_waiting: bool,
-) -> QueryResult<()> {
+/// A round that publishes writes this instance committed looks in the groups they wrote
+/// feed rows in (see [`Look`]), and closes the clock after them in any case.
+fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>, look: Look) -> QueryResult<()> {
     if on_citus(conn) {
-        let stamped = match writes_waiting {
-            true => stamp_on_citus(conn)?,
-            false => run_round(conn, Vec::new())?,
+        let writes_waiting = matches!(look, Look::InGroups(_));
+        let stamped = match look {
+            Look::InGroups(groups) => stamp_on_citus(conn, &groups)?,
+            Look::Everywhere => run_round(conn, Vec::new())?,
         };
         // Writes waiting whose rows another instance's round stamped: that round may not
         // have closed its publication yet, and the wake-ups below must find them readable.
@@ -146,13 +144,25 @@ struct ClockMoved {
     published: i64,
 }
 
+/// Where a round looks for rows to stamp.
+enum Look {
+    /// In the groups the round's writes wrote feed rows in. On Citus only their shards are
+    /// searched; rows elsewhere (another instance's) are left to their own round or a sweep.
+    InGroups(Vec<i64>),
+    /// Everywhere: a sweep, for rows an instance that stopped left unpublished.
+    Everywhere,
+}
+
 /// Citus's stamping when writes are waiting: the clock moves first, and each feed's pending
-/// rows get its value, bound as a constant, in a statement of their own; the number stamped.
-/// Nothing stamped (another instance's round took them) rolls the move back. Each statement
-/// then runs on every shard of one table as plain work; the one-statement round, with its
-/// probes and the clock passed between its clauses, costs Citus several passes over every
-/// shard and results shipped between nodes.
-fn stamp_on_citus(conn: &mut AnyConnection) -> QueryResult<i64> {
+/// rows in `groups` get its value, bound as a constant, in a statement of their own, which
+/// Citus runs on those groups' shards alone; the number stamped. Nothing stamped (another
+/// instance's round took them) rolls the move back. The one-statement round, with its probes
+/// and the clock passed between its clauses, costs Citus several passes over every shard and
+/// results shipped between nodes.
+fn stamp_on_citus(conn: &mut AnyConnection, groups: &[i64]) -> QueryResult<i64> {
+    if groups.is_empty() {
+        return Ok(0);
+    }
     let stamped = conn.transaction(|c| {
         let moved: Vec<ClockMoved> = diesel::sql_query(
             "UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0 \
@@ -164,9 +174,16 @@ fn stamp_on_citus(conn: &mut AnyConnection) -> QueryResult<i64> {
             .map(|m| m.published)
             .ok_or(diesel::result::Error::NotFound)?;
         let mut stamped = 0;
-        for feed in FEEDS {
-            stamped += diesel::sql_query(format!("UPDATE {feed} SET pos = $1 WHERE pos IS NULL"))
-                .bind::<BigInt, _>(position)
+        // In slices, so that a statement stays well within PostgreSQL's bound on values.
+        for (feed, slice) in FEEDS
+            .iter()
+            .flat_map(|f| groups.chunks(1000).map(move |g| (f, g)))
+        {
+            stamped += RawSql::default()
+                .sql(&format!("UPDATE {feed} SET pos = "))
+                .int(position)
+                .sql(" WHERE pos IS NULL AND group_id IN ")
+                .int_list(slice)
                 .execute(c)? as i64;
         }
         match stamped {
@@ -285,6 +302,8 @@ struct Queue {
     seen: HashSet<WakeEvent>,
     /// Dropped since the last round, for the log.
     dropped: u64,
+    /// The groups the queued writes wrote feed rows in (see [`Wakes::feed_groups`]).
+    feed_groups: BTreeSet<i64>,
     /// The number of the round that takes what is queued now (the first round is 1).
     next_round: u64,
     /// The round that publishes the latest write queued: 0 before any.
@@ -311,6 +330,7 @@ struct Round {
     number: u64,
     events: Vec<WakeEvent>,
     dropped: u64,
+    feed_groups: BTreeSet<i64>,
 }
 
 impl Publisher {
@@ -348,6 +368,7 @@ impl Publisher {
             for event in wakes.events() {
                 queue.push(event.clone());
             }
+            queue.feed_groups.extend(wakes.feed_groups());
             queue.needed = queue.next_round;
         }
         self.queued.notify_one();
@@ -377,13 +398,15 @@ impl Publisher {
             number,
             events: std::mem::take(&mut queue.events),
             dropped: std::mem::take(&mut queue.dropped),
+            feed_groups: std::mem::take(&mut queue.feed_groups),
         }
     }
 
     /// Puts the events of a round that could not be published back at the head of the queue,
     /// ahead of what queued meanwhile, within the bound. The next round takes them.
-    fn requeue(&self, events: Vec<WakeEvent>) {
+    fn requeue(&self, events: Vec<WakeEvent>, feed_groups: BTreeSet<i64>) {
         let mut queue = self.lock();
+        queue.feed_groups.extend(feed_groups);
         let later = std::mem::take(&mut queue.events);
         queue.seen.clear();
         for event in events.into_iter().chain(later) {
@@ -414,9 +437,13 @@ impl Publisher {
                     .collect(),
                 false => Vec::new(),
             };
-            let writes_waiting = !round.events.is_empty();
+            // A round with nothing queued is a sweep (see SWEEP_EVERY).
+            let look = match round.events.is_empty() && round.feed_groups.is_empty() {
+                true => Look::Everywhere,
+                false => Look::InGroups(round.feed_groups.iter().copied().collect()),
+            };
             let sent = pool
-                .run(move |conn| publish_round(conn, payloads, writes_waiting))
+                .run(move |conn| publish_round(conn, payloads, look))
                 .await;
             match sent {
                 Ok(()) => {
@@ -439,7 +466,7 @@ impl Publisher {
                         );
                     }
                     failing = true;
-                    self.requeue(round.events);
+                    self.requeue(round.events, round.feed_groups);
                 }
             }
         }
@@ -505,11 +532,17 @@ mod tests {
             WakeEvent::MessageSent(3),
         ]));
 
-        publisher.requeue(failed.events);
+        publisher.requeue(failed.events, failed.feed_groups);
         let retried = publisher.take();
         assert_eq!(
             retried.events,
             (1..=3).map(WakeEvent::MessageSent).collect::<Vec<_>>()
         );
+        assert_eq!(
+            retried.feed_groups.into_iter().collect::<Vec<_>>(),
+            [1, 2, 3],
+            "the failed round's groups are looked in again"
+        );
+        assert!(publisher.take().feed_groups.is_empty());
     }
 }
