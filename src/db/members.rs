@@ -564,12 +564,19 @@ impl OwnMoves {
 /// The caller holds the group's row lock, taken before the entries' ids: no other entry can
 /// come between them, and no membership can go (removals take the lock first). A cursor
 /// moved meanwhile by an ack stands below the first entry and is compared as it is now.
+///
+/// `writes_before` (the entries' own insert, say) run in the same round trip as the members'
+/// statement where the engine allows (see [`RawSql::load_after`]); it does not read them.
 pub fn advance_past_own_entries(
     conn: &mut AnyConnection,
     group_id: GroupId,
     entries_by_user: &[(&str, Vec<OwnEntry<'_>>)],
+    writes_before: Vec<RawSql>,
 ) -> QueryResult<CursorMoves> {
     if entries_by_user.is_empty() {
+        for write in writes_before {
+            write.execute(conn)?;
+        }
         return Ok(CursorMoves::default());
     }
     let moves_by_user: HashMap<&str, OwnMoves> = entries_by_user
@@ -626,7 +633,7 @@ pub fn advance_past_own_entries(
              last_read_msg_id, delivered_msg_id, joined_after_msg_id",
         )
         .keep_prepared()
-        .load(conn)?;
+        .load_after(writes_before, conn)?;
     if updated.len() != entries_by_user.len() {
         // Cannot happen while the group's lock is held (see above); if it did, the write
         // fails whole rather than store entries from someone who is not a member.

@@ -192,9 +192,15 @@ pub fn send_entries(
     if stored.is_empty() {
         return Ok(answers);
     }
-    insert_rows(conn, &stored)?;
+    let insert = insert_rows(conn, &stored)?;
+    let cursor_moves = advance_past_own_entries(
+        conn,
+        group_id,
+        &own_entries_by_user(&stored),
+        insert.into_iter().collect(),
+    )?;
+    // After the rows they point at, which the advance may have written.
     store_mentions(conn, &stored)?;
-    let cursor_moves = advance_past_own_entries(conn, group_id, &own_entries_by_user(&stored))?;
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.
     record_appended(
@@ -208,50 +214,54 @@ pub fn send_entries(
     Ok(answers)
 }
 
-/// Inserts the rows of `stored`. One row, the common case, by a statement every engine keeps
-/// prepared; several by one multi-row insert.
-fn insert_rows(conn: &mut AnyConnection, stored: &[(&NewEntry, MessageRow)]) -> QueryResult<()> {
+/// Inserts the rows of `stored`. Several go now, by one multi-row insert. One row, the common
+/// case, is returned as a statement every engine keeps prepared, for the caller to run in the
+/// round trip of its next statement ([`RawSql::load_after`]).
+fn insert_rows(
+    conn: &mut AnyConnection,
+    stored: &[(&NewEntry, MessageRow)],
+) -> QueryResult<Option<RawSql>> {
     if let [(_, row)] = stored {
         let row = row.insertable();
-        RawSql::default()
-            .sql(
-                "INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, \
+        return Ok(Some(
+            RawSql::default()
+                .sql(
+                    "INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, \
                  content, created_at, target_msg_id, reply_to_msg_id, mention_all, ext, detail) \
                  VALUES (",
-            )
-            .int(row.group_id)
-            .sql(", ")
-            .int(row.msg_id)
-            .sql(", ")
-            .text(row.kind)
-            .sql(", ")
-            .text(row.sender_id)
-            .sql(", ")
-            .text(row.client_msg_id)
-            .sql(", ")
-            .text(row.content)
-            .sql(", ")
-            .time(row.created_at)
-            .sql(", ")
-            .maybe_int(row.target_msg_id)
-            .sql(", ")
-            .maybe_int(row.reply_to_msg_id)
-            .sql(", ")
-            .flag(row.mention_all)
-            .sql(", ")
-            .maybe_text(row.ext)
-            .sql(", ")
-            .maybe_text(row.detail)
-            .sql(")")
-            .keep_prepared()
-            .execute(conn)?;
-        return Ok(());
+                )
+                .int(row.group_id)
+                .sql(", ")
+                .int(row.msg_id)
+                .sql(", ")
+                .text(row.kind)
+                .sql(", ")
+                .text(row.sender_id)
+                .sql(", ")
+                .text(row.client_msg_id)
+                .sql(", ")
+                .text(row.content)
+                .sql(", ")
+                .time(row.created_at)
+                .sql(", ")
+                .maybe_int(row.target_msg_id)
+                .sql(", ")
+                .maybe_int(row.reply_to_msg_id)
+                .sql(", ")
+                .flag(row.mention_all)
+                .sql(", ")
+                .maybe_text(row.ext)
+                .sql(", ")
+                .maybe_text(row.detail)
+                .sql(")")
+                .keep_prepared(),
+        ));
     }
     let rows: Vec<NewMessage<'_>> = stored.iter().map(|(_, row)| row.insertable()).collect();
     on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
         .values(&rows)
         .execute(c))?;
-    Ok(())
+    Ok(None)
 }
 
 /// The entries `stored` appended, by sender (user id order), each sender's in id order.
