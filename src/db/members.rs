@@ -566,7 +566,8 @@ impl OwnMoves {
 /// moved meanwhile by an ack stands below the first entry and is compared as it is now.
 ///
 /// `writes_before` (the entries' own insert, say) run in the same round trip as the members'
-/// statement where the engine allows (see [`RawSql::load_after`]); it does not read them.
+/// statement where the engine allows (see [`RawSql::load_after`]); the members' statement
+/// does not read them.
 pub fn advance_past_own_entries(
     conn: &mut AnyConnection,
     group_id: GroupId,

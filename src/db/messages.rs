@@ -199,7 +199,8 @@ pub fn send_entries(
         &own_entries_by_user(&stored),
         insert.into_iter().collect(),
     )?;
-    // After the rows they point at, which the advance may have written.
+    // After the rows they point at: a lone row is inserted by the advance's statement,
+    // several were inserted above.
     store_mentions(conn, &stored)?;
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.

@@ -216,7 +216,6 @@ impl EntryKind {
     }
 }
 
-/// Reads the stored spelling; the table's CHECK admits no other.
 /// Read from its stored spelling; a spelling no kind has is a deserialization error.
 impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for EntryKind
 where
@@ -229,6 +228,7 @@ where
     }
 }
 
+/// Reads the stored spelling; the table's CHECK admits no other.
 impl TryFrom<String> for EntryKind {
     type Error = String;
 

@@ -19,9 +19,9 @@
 //! answers after its commit without waiting for its round: the round follows within about a
 //! round trip and a disk flush, and a long-poll waiting for the change is woken by it.
 //!
-//! An instance that dies between a commit and its round leaves rows unpublished. Every round
-//! of every instance stamps all of them, and each publisher also looks for them every
-//! [`SWEEP_EVERY`], so they appear in the feeds by then; the waiters for them answer at their
+//! An instance that dies between a commit and its round leaves rows unpublished. Every
+//! publisher looks for such rows everywhere at least every [`SWEEP_EVERY`] (on one node every
+//! round does), so they appear in the feeds by then; the waiters for them answer at their
 //! timeout and the client's next poll returns them. Nothing is skipped. Events dropped because
 //! too many are queued (the database is not keeping up) are delayed the same way, as the log
 //! says. A round that cannot be sent (the pool busy, the database away) is kept and tried
@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Text};
@@ -103,24 +103,24 @@ pub fn publish_now(conn: &mut AnyConnection, instance: &str, wakes: &Wakes) -> Q
 /// updated (read committed), so they are skipped, not stamped twice. Rows that committed
 /// after the snapshot are left to the next round, with a larger position.
 ///
-/// On Citus a round is a few short transactions. The first stamps (see [`stamp_on_citus`]);
-/// when it stamped rows, the second closes that publication by moving the clock alone
-/// (readers trust only positions below the clock they see; a move of the reference table's
-/// row is a write on every node), and only then, both committed on every node, are the
-/// payloads sent: a poller woken by them, on whichever node, finds the change readable.
-///
-/// A round that publishes writes this instance committed looks in the groups they wrote
-/// feed rows in (see [`Look`]), and closes the clock after them in any case.
+/// On Citus a round is a few short transactions. The first stamps: in the groups the round's
+/// writes wrote feed rows in ([`stamp_on_citus`]), or everywhere for a sweep (the one-node
+/// statement, with the probes that find a publication left open). The second closes the
+/// publication by moving the clock alone (readers trust only positions below the clock they
+/// see; a move of the reference table's row is a write on every node), after any round that
+/// stamped rows and after every round in groups, whose rows another instance's round may have
+/// stamped and not closed yet. Only then, both committed on every node, are the payloads
+/// sent: a poller woken by them, on whichever node, finds the change readable.
 fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>, look: Look) -> QueryResult<()> {
     if on_citus(conn) {
-        let writes_waiting = matches!(look, Look::InGroups(_));
-        let stamped = match look {
-            Look::InGroups(groups) => stamp_on_citus(conn, &groups)?,
-            Look::Everywhere => run_round(conn, Vec::new())?,
+        let closes = match look {
+            Look::InGroups(groups) => {
+                stamp_on_citus(conn, &groups)?;
+                !groups.is_empty()
+            }
+            Look::Everywhere => run_round(conn, Vec::new())? > 0,
         };
-        // Writes waiting whose rows another instance's round stamped: that round may not
-        // have closed its publication yet, and the wake-ups below must find them readable.
-        if stamped > 0 || writes_waiting {
+        if closes {
             diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
                 .execute(conn)?;
         }
@@ -418,6 +418,7 @@ impl Publisher {
         // Set while rounds fail (the pool busy, the database away): the round is kept and
         // tried again after RETRY_AFTER, and the log says so once per episode.
         let mut failing = false;
+        let mut last_sweep = Instant::now();
         loop {
             let wait = if failing { RETRY_AFTER } else { SWEEP_EVERY };
             let _ = tokio::time::timeout(wait, self.queued.notified()).await;
@@ -437,9 +438,13 @@ impl Publisher {
                     .collect(),
                 false => Vec::new(),
             };
-            // A round with nothing queued is a sweep (see SWEEP_EVERY).
-            let look = match round.events.is_empty() && round.feed_groups.is_empty() {
-                true => Look::Everywhere,
+            // Every SWEEP_EVERY a round looks everywhere, also while writes keep coming: a
+            // busy instance's rounds would otherwise look only in its own writes' groups.
+            let look = match last_sweep.elapsed() >= SWEEP_EVERY {
+                true => {
+                    last_sweep = Instant::now();
+                    Look::Everywhere
+                }
                 false => Look::InGroups(round.feed_groups.iter().copied().collect()),
             };
             let sent = pool
