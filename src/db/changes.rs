@@ -39,10 +39,11 @@ pub enum Feed {
     Receipts,
 }
 
+/// The feed clock's value, as a statement reading or moving it returns it.
 #[derive(QueryableByName)]
-struct ClockValue {
+pub(super) struct ClockValue {
     #[diesel(sql_type = BigInt)]
-    published: i64,
+    pub(super) published: i64,
 }
 
 /// The newest watermark a reader may take: every change published at or below it is visible

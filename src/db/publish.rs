@@ -38,6 +38,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Text};
 use tokio::sync::{watch, Notify};
 
+use super::changes::ClockValue;
 use super::distribution::on_citus;
 use super::gated_pool::GatedPool;
 use super::raw_sql::RawSql;
@@ -77,8 +78,7 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
         return Ok(false);
     }
     let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
-    diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
-        .execute(conn)?;
+    diesel::sql_query(MOVE_CLOCK).execute(conn)?;
     for table in FEEDS {
         diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
             .execute(conn)?;
@@ -121,8 +121,7 @@ fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>, look: Look) ->
             Look::Everywhere => run_round(conn, Vec::new())? > 0,
         };
         if closes {
-            diesel::sql_query("UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0")
-                .execute(conn)?;
+            diesel::sql_query(MOVE_CLOCK).execute(conn)?;
         }
         if !payloads.is_empty() {
             run_round_notifying_only(conn, payloads)?;
@@ -138,11 +137,8 @@ fn publish_round(conn: &mut AnyConnection, payloads: Vec<String>, look: Look) ->
 /// The feeds whose rows publication stamps.
 const FEEDS: [&str; 3] = ["group_msgs", "receipt_events", "member_events"];
 
-#[derive(QueryableByName)]
-struct ClockMoved {
-    #[diesel(sql_type = BigInt)]
-    published: i64,
-}
+/// Moves the feed clock one step: a publication's position, or the move that closes one.
+const MOVE_CLOCK: &str = "UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0";
 
 /// Where a round looks for rows to stamp.
 enum Look {
@@ -155,20 +151,17 @@ enum Look {
 
 /// Citus's stamping when writes are waiting: the clock moves first, and each feed's pending
 /// rows in `groups` get its value, bound as a constant, in a statement of their own, which
-/// Citus runs on those groups' shards alone; the number stamped. Nothing stamped (another
-/// instance's round took them) rolls the move back. The one-statement round, with its probes
+/// Citus runs on those groups' shards alone. Nothing stamped (another instance's round took
+/// them) rolls the move back. The one-statement round, with its probes
 /// and the clock passed between its clauses, costs Citus several passes over every shard and
 /// results shipped between nodes.
-fn stamp_on_citus(conn: &mut AnyConnection, groups: &[i64]) -> QueryResult<i64> {
+fn stamp_on_citus(conn: &mut AnyConnection, groups: &[i64]) -> QueryResult<()> {
     if groups.is_empty() {
-        return Ok(0);
+        return Ok(());
     }
     let stamped = conn.transaction(|c| {
-        let moved: Vec<ClockMoved> = diesel::sql_query(
-            "UPDATE feed_clock SET published = published + 1 WHERE clock_id = 0 \
-             RETURNING published",
-        )
-        .load(c)?;
+        let moved: Vec<ClockValue> =
+            diesel::sql_query(format!("{MOVE_CLOCK} RETURNING published")).load(c)?;
         let position = moved
             .first()
             .map(|m| m.published)
@@ -188,11 +181,11 @@ fn stamp_on_citus(conn: &mut AnyConnection, groups: &[i64]) -> QueryResult<i64> 
         }
         match stamped {
             0 => Err(diesel::result::Error::RollbackTransaction),
-            n => Ok(n),
+            _ => Ok(()),
         }
     });
     match stamped {
-        Err(diesel::result::Error::RollbackTransaction) => Ok(0),
+        Err(diesel::result::Error::RollbackTransaction) => Ok(()),
         other => other,
     }
 }
