@@ -319,14 +319,11 @@ pub fn advance_devices(
 
 /// After devices sent entries: each device's cursor follows its entries (see
 /// [`Follow`]) if it had everything before them. A device that never acked in the group has
-/// no cursor row, and gets none. One statement.
-pub fn advance_devices_past_own(
-    conn: &mut AnyConnection,
-    group_id: GroupId,
-    moves: &[(&str, &DeviceId, Follow)],
-) -> QueryResult<()> {
+/// no cursor row, and gets none. One statement, returned for the caller to run with the rest
+/// of the append (it reads nothing the append writes); none when no device sent.
+pub fn devices_past_own(group_id: GroupId, moves: &[(&str, &DeviceId, Follow)]) -> Option<RawSql> {
     if moves.is_empty() {
-        return Ok(());
+        return None;
     }
     let rows: Vec<Vec<Value<'_>>> = moves
         .iter()
@@ -339,18 +336,18 @@ pub fn advance_devices_past_own(
             ]
         })
         .collect();
-    RawSql::default()
-        .sql("UPDATE device_cursors SET last_ack_msg_id = t.ack_to FROM ")
-        .rows("t", &["user_id", "device_id", "ack_from", "ack_to"], &rows)
-        .sql(" WHERE device_cursors.group_id = ")
-        .int(group_id.0)
-        .sql(
-            " AND device_cursors.user_id = t.user_id AND device_cursors.device_id = t.device_id \
-             AND device_cursors.last_ack_msg_id = t.ack_from",
-        )
-        .keep_prepared()
-        .execute(conn)
-        .map(|_| ())
+    Some(
+        RawSql::default()
+            .sql("UPDATE device_cursors SET last_ack_msg_id = t.ack_to FROM ")
+            .rows("t", &["user_id", "device_id", "ack_from", "ack_to"], &rows)
+            .sql(" WHERE device_cursors.group_id = ")
+            .int(group_id.0)
+            .sql(
+                " AND device_cursors.user_id = t.user_id AND device_cursors.device_id = t.device_id \
+                 AND device_cursors.last_ack_msg_id = t.ack_from",
+            )
+            .keep_prepared(),
+    )
 }
 
 #[cfg(test)]

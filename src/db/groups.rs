@@ -161,14 +161,21 @@ pub fn lock_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Locked
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         member_count: i64,
     }
-    // A write that changes nothing: it takes the row's write lock on either engine (SQLite
-    // has no SELECT … FOR UPDATE). Kept prepared: every send runs it.
-    let locked: Vec<Locked> = RawSql::default()
-        .sql("UPDATE groups SET last_msg_id = last_msg_id WHERE group_id = ")
-        .int(group_id)
-        .sql(" RETURNING last_msg_id, member_count")
-        .keep_prepared()
-        .load(conn)?;
+    // PostgreSQL locks the row as an update of non-key columns would, without writing a new
+    // version of it (the append updates the row once, at its end). SQLite has no row locks
+    // and no SELECT … FOR UPDATE: a write that changes nothing makes the transaction the
+    // writer. Kept prepared: every send runs it.
+    let query = match conn {
+        AnyConnection::Postgresql(_) => RawSql::default()
+            .sql("SELECT last_msg_id, member_count FROM groups WHERE group_id = ")
+            .int(group_id)
+            .sql(" FOR NO KEY UPDATE"),
+        AnyConnection::Sqlite(_) => RawSql::default()
+            .sql("UPDATE groups SET last_msg_id = last_msg_id WHERE group_id = ")
+            .int(group_id)
+            .sql(" RETURNING last_msg_id, member_count"),
+    };
+    let locked: Vec<Locked> = query.keep_prepared().load(conn)?;
     let locked = locked
         .into_iter()
         .next()

@@ -558,8 +558,9 @@ impl OwnMoves {
 /// cursor that stays behind counts one more own message above it for each counted entry, the
 /// only kind the unread rule counts. So their own entries are never unread, and nothing they
 /// had not received is skipped. Of the device cursors only the writing device's moves. One
-/// statement for the members, one for the devices that have cursor rows; returns the moves
-/// of the members' cursors, for the caller to write with the rest of the append.
+/// statement for the members, run now; the moves of the members' cursors and the statement
+/// for the devices that have cursor rows are returned, for the caller to write with the rest
+/// of the append.
 ///
 /// The caller holds the group's row lock, taken before the entries' ids: no other entry can
 /// come between them, and no membership can go (removals take the lock first). A cursor
@@ -573,12 +574,12 @@ pub fn advance_past_own_entries(
     group_id: GroupId,
     entries_by_user: &[(&str, Vec<OwnEntry<'_>>)],
     writes_before: Vec<RawSql>,
-) -> QueryResult<CursorMoves> {
+) -> QueryResult<OwnAdvance> {
     if entries_by_user.is_empty() {
         for write in writes_before {
             write.execute(conn)?;
         }
-        return Ok(CursorMoves::default());
+        return Ok(OwnAdvance::default());
     }
     let moves_by_user: HashMap<&str, OwnMoves> = entries_by_user
         .iter()
@@ -672,8 +673,27 @@ pub fn advance_past_own_entries(
             })
         })
         .collect();
-    devices::advance_devices_past_own(conn, group_id, &device_moves)?;
-    Ok(cursor_moves)
+    Ok(OwnAdvance {
+        cursor_moves,
+        device_cursors: devices::devices_past_own(group_id, &device_moves),
+    })
+}
+
+/// What [`advance_past_own_entries`] leaves for the caller to write in the append's
+/// transaction, beside its own rows.
+#[derive(Default)]
+pub struct OwnAdvance {
+    cursor_moves: CursorMoves,
+    device_cursors: Option<RawSql>,
+}
+
+impl OwnAdvance {
+    /// The statements that write it (see [`CursorMoves::statements`]).
+    pub fn statements(self, conn: &AnyConnection) -> Vec<RawSql> {
+        let mut statements = self.cursor_moves.statements(conn);
+        statements.extend(self.device_cursors);
+        statements
+    }
 }
 
 /// Before messages of the group up to `through_msg_id` expire: every member whose read cursor

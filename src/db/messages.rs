@@ -193,7 +193,7 @@ pub fn send_entries(
         return Ok(answers);
     }
     let insert = insert_rows(conn, &stored)?;
-    let cursor_moves = advance_past_own_entries(
+    let own_advance = advance_past_own_entries(
         conn,
         group_id,
         &own_entries_by_user(&stored),
@@ -209,7 +209,7 @@ pub fn send_entries(
         group_id,
         MsgId(last_msg_id),
         any_message.then_some(now),
-        cursor_moves.statements(conn),
+        own_advance.statements(conn),
     )?;
     wakes.record(WakeEvent::MessageSent(group_id.0));
     Ok(answers)
