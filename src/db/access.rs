@@ -164,6 +164,52 @@ pub fn memberships(
         .collect())
 }
 
+/// The memberships of `user_ids` in a group whose row lock the caller holds, by user, for a
+/// write that decides from them: on PostgreSQL each found row is locked until the
+/// transaction ends, in user order, so it is read as it is now and stays so until the write
+/// is done (SQLite has one writer). A user without a row is refused as by [`memberships`].
+pub fn lock_members_of(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_ids: &[&str],
+) -> QueryResult<HashMap<String, Result<Membership, Refusal>>> {
+    let mut user_ids = user_ids.to_vec();
+    user_ids.sort_unstable();
+    user_ids.dedup();
+    // Built per engine: the selected rows' types name their backend.
+    macro_rules! members_query {
+        () => {
+            groups::table
+                .inner_join(
+                    group_members::table.on(group_members::group_id
+                        .eq(groups::group_id)
+                        .and(group_members::user_id.eq_any(&user_ids))),
+                )
+                .filter(groups::group_id.eq(group_id))
+                .order(group_members::user_id)
+                .select((GroupRow::as_select(), MemberRow::as_select()))
+        };
+    }
+    let found: Vec<(GroupRow, MemberRow)> = match conn {
+        AnyConnection::Postgresql(c) => members_query!().for_no_key_update().load(c)?,
+        AnyConnection::Sqlite(c) => members_query!().load(c)?,
+    };
+    let mut found: HashMap<String, (GroupRow, MemberRow)> = found
+        .into_iter()
+        .map(|(group, member)| (member.user_id.clone(), (group, member)))
+        .collect();
+    Ok(user_ids
+        .into_iter()
+        .map(|user_id| {
+            let checked = match found.remove(user_id) {
+                Some((group, member)) => membership(group, Some(member)),
+                None => Err(Refusal::NotMember { group_id }),
+            };
+            (user_id.to_owned(), checked)
+        })
+        .collect())
+}
+
 /// The group and the user's membership, found in one query; a refusal when the group does not
 /// exist or the user is not in it.
 pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Checked<Membership> {

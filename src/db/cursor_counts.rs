@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use diesel::sql_types::BigInt;
 use diesel::{QueryResult, QueryableByName};
 
+use super::models::MemberRow;
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::GroupId;
@@ -181,6 +182,17 @@ pub struct MemberCursors {
     pub read: i64,
     pub delivered: i64,
     pub joined: i64,
+}
+
+impl MemberCursors {
+    /// Where a membership row's cursors stand.
+    pub fn of(member: &MemberRow) -> MemberCursors {
+        MemberCursors {
+            read: member.last_read_msg_id,
+            delivered: member.delivered_msg_id,
+            joined: member.joined_after_msg_id,
+        }
+    }
 }
 
 /// The histogram of one group's cursors from `oldest` up, with everything at or above

@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use std::collections::{HashMap, HashSet};
 
-use super::access::{member_of, Checked, Refusal};
+use super::access::{member_of, Checked, Membership, Refusal};
 use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices;
 use super::distribution::one_group;
@@ -518,8 +518,8 @@ impl Follow {
     }
 }
 
-/// How one member's cursors move after their own entries, decided from the entries alone:
-/// the statement that applies it compares each cursor with where the decision expects it.
+/// How one member's cursors move after their own entries, decided from the entries alone;
+/// [`OwnMoves::applied_to`] then places each cursor from where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct OwnMoves {
     /// The read cursor and the delivered-anywhere cursor: every entry moves them.
@@ -551,113 +551,82 @@ impl OwnMoves {
             own_if_not,
         }
     }
+
+    /// The member's row after the moves: a cursor at its rule's `from` goes to its `to`; the
+    /// count of own entries above the read cursor grows by those it does not move onto.
+    fn applied_to(&self, member: &MemberRow) -> MemberRow {
+        let follow = |cursor: i64, rule: Follow| match cursor == rule.from {
+            true => rule.to,
+            false => cursor,
+        };
+        let own_above = match member.last_read_msg_id == self.read.from {
+            true => self.own_if_followed,
+            false => self.own_if_not,
+        };
+        MemberRow {
+            own_msgs_after_read: member.own_msgs_after_read + own_above,
+            last_read_msg_id: follow(member.last_read_msg_id, self.read),
+            delivered_msg_id: follow(member.delivered_msg_id, self.read),
+            last_ack_msg_id: follow(member.last_ack_msg_id, self.default_device),
+            ..member.clone()
+        }
+    }
 }
 
 /// After members appended entries to the group's log (each member's ascending, by user): each
 /// cursor that was at an entry's predecessor (they had everything) moves onto it; a read
 /// cursor that stays behind counts one more own message above it for each counted entry, the
 /// only kind the unread rule counts. So their own entries are never unread, and nothing they
-/// had not received is skipped. Of the device cursors only the writing device's moves. One
-/// statement for the members, run now; the moves of the members' cursors and the statement
-/// for the devices that have cursor rows are returned, for the caller to write with the rest
+/// had not received is skipped. Of the device cursors only the writing device's moves.
+///
+/// Decided from `members`, each member's row as the caller read it after taking the group's
+/// row lock and with the row locked itself ([`super::access::lock_members_of`]): no entry can
+/// come between theirs, and no ack or removal can move the row before the write (the
+/// append's own recalls and deletes change only the count of own entries, which moves by a
+/// difference). Writes nothing: returns the statements, for the caller to run with the rest
 /// of the append.
-///
-/// The caller holds the group's row lock, taken before the entries' ids: no other entry can
-/// come between them, and no membership can go (removals take the lock first). A cursor
-/// moved meanwhile by an ack stands below the first entry and is compared as it is now.
-///
-/// `writes_before` (the entries' own insert, say) run in the same round trip as the members'
-/// statement where the engine allows (see [`RawSql::load_after`]); the members' statement
-/// does not read them.
 pub fn advance_past_own_entries(
-    conn: &mut AnyConnection,
     group_id: GroupId,
     entries_by_user: &[(&str, Vec<OwnEntry<'_>>)],
-    writes_before: Vec<RawSql>,
+    members: &HashMap<String, Membership>,
 ) -> QueryResult<OwnAdvance> {
-    if entries_by_user.is_empty() {
-        for write in writes_before {
-            write.execute(conn)?;
-        }
-        return Ok(OwnAdvance::default());
-    }
-    let moves_by_user: HashMap<&str, OwnMoves> = entries_by_user
-        .iter()
-        .map(|(user_id, entries)| (*user_id, OwnMoves::of(entries)))
-        .collect();
-    let rows: Vec<Vec<Value<'_>>> = entries_by_user
-        .iter()
-        .map(|(user_id, _)| {
-            let moves = &moves_by_user[user_id];
-            vec![
-                Value::Text(user_id),
-                Value::Int(moves.read.from),
-                Value::Int(moves.read.to),
-                Value::Int(moves.own_if_followed),
-                Value::Int(moves.own_if_not),
-                Value::Int(moves.default_device.from),
-                Value::Int(moves.default_device.to),
-            ]
-        })
-        .collect();
-    // Every SET expression reads the row as it was before the update, on both engines.
-    let updated: Vec<UserCursors> = RawSql::default()
-        .sql(
-            "UPDATE group_members SET \
-               own_msgs_after_read = own_msgs_after_read + CASE \
-                 WHEN last_read_msg_id = t.read_from THEN t.own_if_followed \
-                 ELSE t.own_if_not END, \
-               last_read_msg_id = CASE WHEN last_read_msg_id = t.read_from \
-                 THEN t.read_to ELSE last_read_msg_id END, \
-               delivered_msg_id = CASE WHEN delivered_msg_id = t.read_from \
-                 THEN t.read_to ELSE delivered_msg_id END, \
-               last_ack_msg_id = CASE WHEN last_ack_msg_id = t.ack_from \
-                 THEN t.ack_to ELSE last_ack_msg_id END \
-             FROM ",
-        )
-        .rows(
-            "t",
-            &[
-                "user_id",
-                "read_from",
-                "read_to",
-                "own_if_followed",
-                "own_if_not",
-                "ack_from",
-                "ack_to",
-            ],
-            &rows,
-        )
-        .sql(" WHERE group_members.group_id = ")
-        .int(group_id.0)
-        .sql(
-            " AND group_members.user_id = t.user_id RETURNING group_members.user_id, \
-             last_read_msg_id, delivered_msg_id, joined_after_msg_id",
-        )
-        .keep_prepared()
-        .load_after(writes_before, conn)?;
-    if updated.len() != entries_by_user.len() {
-        // Cannot happen while the group's lock is held (see above); if it did, the write
-        // fails whole rather than store entries from someone who is not a member.
-        return Err(diesel::result::Error::NotFound);
-    }
     let mut cursor_moves = CursorMoves::default();
-    for after in &updated {
-        let read = moves_by_user
-            .get(after.user_id.as_str())
+    let mut rows: Vec<Vec<Value<'_>>> = Vec::with_capacity(entries_by_user.len());
+    for (user_id, entries) in entries_by_user {
+        // Only members' entries are appended: a missing row fails the write whole.
+        let was = &members
+            .get(*user_id)
             .ok_or(diesel::result::Error::NotFound)?
-            .read;
-        // A cursor at `read.to` came from `read.from` by this statement: no other write can
-        // have put it on an entry that is not committed yet.
-        let before = |now: i64| if now == read.to { read.from } else { now };
-        let now = after.cursors();
-        let was = MemberCursors {
-            read: before(now.read),
-            delivered: before(now.delivered),
-            joined: now.joined,
-        };
-        cursor_moves.moved(group_id.0, was, now);
+            .member;
+        let now = OwnMoves::of(entries).applied_to(was);
+        cursor_moves.moved(group_id.0, MemberCursors::of(was), MemberCursors::of(&now));
+        rows.push(vec![
+            Value::Text(user_id),
+            // By how much, not to what: a recall or delete in the same append may have
+            // lowered the count since the row was read.
+            Value::Int(now.own_msgs_after_read - was.own_msgs_after_read),
+            Value::Int(now.last_read_msg_id),
+            Value::Int(now.delivered_msg_id),
+            Value::Int(now.last_ack_msg_id),
+        ]);
     }
+    let members_update = (!rows.is_empty()).then(|| {
+        RawSql::default()
+            .sql(
+                "UPDATE group_members SET own_msgs_after_read = own_msgs_after_read + t.own_added, \
+                 last_read_msg_id = t.read_to, delivered_msg_id = t.delivered_to, \
+                 last_ack_msg_id = t.ack_to FROM ",
+            )
+            .rows(
+                "t",
+                &["user_id", "own_added", "read_to", "delivered_to", "ack_to"],
+                &rows,
+            )
+            .sql(" WHERE group_members.group_id = ")
+            .int(group_id.0)
+            .sql(" AND group_members.user_id = t.user_id")
+            .keep_prepared()
+    });
     let device_moves: Vec<(&str, &DeviceId, Follow)> = entries_by_user
         .iter()
         .flat_map(|(user_id, entries)| {
@@ -674,6 +643,7 @@ pub fn advance_past_own_entries(
         })
         .collect();
     Ok(OwnAdvance {
+        members: members_update,
         cursor_moves,
         device_cursors: devices::devices_past_own(group_id, &device_moves),
     })
@@ -681,16 +651,18 @@ pub fn advance_past_own_entries(
 
 /// What [`advance_past_own_entries`] leaves for the caller to write in the append's
 /// transaction, beside its own rows.
-#[derive(Default)]
 pub struct OwnAdvance {
+    members: Option<RawSql>,
     cursor_moves: CursorMoves,
     device_cursors: Option<RawSql>,
 }
 
 impl OwnAdvance {
-    /// The statements that write it (see [`CursorMoves::statements`]).
+    /// The statements that write it: the members' rows, the histogram of their cursors (see
+    /// [`CursorMoves::statements`]) and the devices' cursors.
     pub fn statements(self, conn: &AnyConnection) -> Vec<RawSql> {
-        let mut statements = self.cursor_moves.statements(conn);
+        let mut statements: Vec<RawSql> = self.members.into_iter().collect();
+        statements.extend(self.cursor_moves.statements(conn));
         statements.extend(self.device_cursors);
         statements
     }
@@ -870,5 +842,42 @@ mod tests {
         assert_eq!(moves.read, Follow { from: 4, to: 6 });
         assert_eq!(moves.own_if_followed, 1, "9 stays above the cursor at 6");
         assert_eq!(moves.own_if_not, 2, "5 and 9 above a cursor left behind");
+    }
+
+    fn member(read: i64, delivered: i64, acked: i64, own: i64) -> MemberRow {
+        MemberRow {
+            group_id: 1,
+            user_id: "ann".into(),
+            role: Role::Member,
+            joined_after_msg_id: 0,
+            last_ack_msg_id: acked,
+            last_read_msg_id: read,
+            joined_at: now_utc(),
+            delivered_msg_id: delivered,
+            own_msgs_after_read: own,
+        }
+    }
+
+    #[test]
+    fn cursors_at_the_first_entrys_predecessor_follow_and_others_stay() {
+        let phone = DeviceId::parse("device_id", "phone").expect("a device id");
+        // 5 from the phone, 6 from the default device.
+        let moves = OwnMoves::of(&[entry(5, Some(&phone), true), entry(6, None, true)]);
+        let caught_up = moves.applied_to(&member(4, 4, 4, 0));
+        assert_eq!(
+            (caught_up.last_read_msg_id, caught_up.delivered_msg_id),
+            (6, 6)
+        );
+        assert_eq!(
+            caught_up.own_msgs_after_read, 0,
+            "nothing of theirs is unread"
+        );
+        // The default device's cursor waits below the phone's message.
+        assert_eq!(caught_up.last_ack_msg_id, 4);
+        // Behind (read up to 2, delivered up to 3): both own messages count above the read
+        // cursor, and no cursor skips 3 or 4, which the member has not read.
+        let behind = moves.applied_to(&member(2, 3, 3, 1));
+        assert_eq!((behind.last_read_msg_id, behind.delivered_msg_id), (2, 3));
+        assert_eq!(behind.own_msgs_after_read, 3);
     }
 }

@@ -6,7 +6,7 @@ use diesel::result::Error as DieselError;
 
 use std::collections::HashMap;
 
-use super::access::{memberships, Checked, Membership, Refusal};
+use super::access::{lock_members_of, Checked, Membership, Refusal};
 use super::groups::{lock_group, record_appended};
 use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
@@ -138,14 +138,12 @@ pub fn send_entries(
         }
         other => other?,
     };
-    let mut senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
-    senders.sort_unstable();
-    senders.dedup();
-    let pairs: Vec<(i64, &str)> = senders.iter().map(|u| (group_id.0, *u)).collect();
-    // The one membership check, by sender: a sender who is not a member is missing.
-    let memberships: HashMap<String, Membership> = memberships(conn, &pairs)?
+    let senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
+    // The one membership check, by sender: a sender who is not a member is missing. The rows
+    // stay locked: the cursor moves below are decided from them.
+    let memberships: HashMap<String, Membership> = lock_members_of(conn, group_id.0, &senders)?
         .into_iter()
-        .filter_map(|((_, user), checked)| checked.ok().map(|m| (user, m)))
+        .filter_map(|(user, checked)| checked.ok().map(|m| (user, m)))
         .collect();
     let mut sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
@@ -192,16 +190,12 @@ pub fn send_entries(
     if stored.is_empty() {
         return Ok(answers);
     }
-    let insert = insert_rows(conn, &stored)?;
-    let own_advance = advance_past_own_entries(
-        conn,
-        group_id,
-        &own_entries_by_user(&stored),
-        insert.into_iter().collect(),
-    )?;
-    // After the rows they point at: a lone row is inserted by the advance's statement,
-    // several were inserted above.
-    store_mentions(conn, &stored)?;
+    let own_advance =
+        advance_past_own_entries(group_id, &own_entries_by_user(&stored), &memberships)?;
+    // One round trip for the append where the engine allows: the entries (several are
+    // inserted now, one goes with the rest), the senders' cursors and the group's counter.
+    let mut writes: Vec<RawSql> = insert_rows(conn, &stored)?.into_iter().collect();
+    writes.extend(own_advance.statements(conn));
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.
     record_appended(
@@ -209,8 +203,10 @@ pub fn send_entries(
         group_id,
         MsgId(last_msg_id),
         any_message.then_some(now),
-        own_advance.statements(conn),
+        writes,
     )?;
+    // After the rows they point at.
+    store_mentions(conn, &stored)?;
     wakes.record(WakeEvent::MessageSent(group_id.0));
     Ok(answers)
 }
@@ -286,36 +282,45 @@ fn own_entries_by_user<'a>(
 /// The entries among `sends` that their senders already appended to the group, by sender and
 /// `client_msg_id`: one look-up per key in the group's unique index on them.
 ///
-/// Planned anew on every call, never kept prepared: PostgreSQL's plan for a prepared text is
-/// fixed after a few calls, and when those came early in a table's life, before it had
-/// statistics, the plan it kept scanned all of a sender's entries in the group (the
-/// `(group_id, sender_id, msg_id)` index looked as good as the unique one on an empty
-/// table), so each send cost more the more its sender had sent.
+/// Planned anew on every call, never kept prepared: PostgreSQL fixes the plan of a prepared
+/// text after a few calls, and when those come while the table is empty (a new database) the
+/// primary key looks as good as the unique index, so the plan it keeps walks every entry of
+/// the group. (For the same reason the sender index holds messages only: on a table without
+/// statistics it tied with the unique index and walked all of a sender's entries.)
 fn find_sent(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sends: &[NewEntry],
 ) -> QueryResult<HashMap<(String, String), MessageRow>> {
-    let keys: Vec<Vec<Value<'_>>> = sends
-        .iter()
-        .map(|s| vec![Value::Text(&s.sender_id), Value::Text(&s.client_msg_id)])
-        .collect();
-    if keys.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let found: Vec<MessageRow> = RawSql::default()
-        .sql(
-            "SELECT m.group_id, m.msg_id, m.kind, m.sender_id, m.client_msg_id, m.content, \
-             m.created_at, m.target_msg_id, m.reply_to_msg_id, m.mention_all, m.ext, m.detail, \
-             m.edited_at, m.retracted_at FROM ",
-        )
-        .rows("k", &["sender_id", "client_msg_id"], &keys)
-        .sql(
-            " JOIN group_msgs m ON m.sender_id = k.sender_id \
-             AND m.client_msg_id = k.client_msg_id WHERE m.group_id = ",
-        )
-        .int(group_id.0)
-        .load(conn)?;
+    const COLUMNS: &str = "SELECT m.group_id, m.msg_id, m.kind, m.sender_id, m.client_msg_id, \
+         m.content, m.created_at, m.target_msg_id, m.reply_to_msg_id, m.mention_all, m.ext, \
+         m.detail, m.edited_at, m.retracted_at FROM ";
+    let query = match sends {
+        [] => return Ok(HashMap::new()),
+        [one] => RawSql::default()
+            .sql(COLUMNS)
+            .sql("group_msgs m WHERE m.group_id = ")
+            .int(group_id.0)
+            .sql(" AND m.sender_id = ")
+            .text(&one.sender_id)
+            .sql(" AND m.client_msg_id = ")
+            .text(&one.client_msg_id),
+        several => {
+            let keys: Vec<Vec<Value<'_>>> = several
+                .iter()
+                .map(|s| vec![Value::Text(&s.sender_id), Value::Text(&s.client_msg_id)])
+                .collect();
+            RawSql::default()
+                .sql(COLUMNS)
+                .rows("k", &["sender_id", "client_msg_id"], &keys)
+                .sql(
+                    " JOIN group_msgs m ON m.sender_id = k.sender_id \
+                     AND m.client_msg_id = k.client_msg_id WHERE m.group_id = ",
+                )
+                .int(group_id.0)
+        }
+    };
+    let found: Vec<MessageRow> = query.load(conn)?;
     Ok(found
         .into_iter()
         .map(|row| ((row.sender_id.clone(), row.client_msg_id.clone()), row))
