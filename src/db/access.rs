@@ -167,7 +167,9 @@ pub fn memberships(
 /// The memberships of `user_ids` in a group whose row lock the caller holds, by user, for a
 /// write that decides from them: on PostgreSQL each found row is locked until the
 /// transaction ends, in user order, so it is read as it is now and stays so until the write
-/// is done (SQLite has one writer). A user without a row is refused as by [`memberships`].
+/// is done (SQLite has one writer). The lock covers the group's row too, which the caller
+/// already holds: a write that does not hold it (an ack) must not use this. A user without a
+/// row is refused as by [`memberships`].
 pub fn lock_members_of(
     conn: &mut AnyConnection,
     group_id: i64,
