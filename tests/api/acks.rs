@@ -23,6 +23,7 @@ on_postgres!(
     on_postgres_an_ack_writes_its_effects_in_one_transaction_at_most_one_statement_per_table,
     on_postgres_an_ack_the_database_fails_answers_an_error_moves_nothing_and_lands_on_retry,
     on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_counts_it_once,
+    on_postgres_a_send_that_waits_for_the_senders_ack_never_moves_their_cursor_back,
 );
 
 async fn ack_never_moves_cursor_backwards(app: TestApp) {
@@ -866,4 +867,47 @@ async fn on_postgres_an_ack_that_waits_for_a_recall_of_the_members_own_message_c
         assert_eq!(rest.status, 200, "batch {batch}: {:?}", rest.body);
         assert_eq!(rest.body["unread_count"], 0);
     }
+}
+
+/// A send decides its sender's cursor moves from their membership row: an ack of the same
+/// member that commits while the send waits for the row must be what the send decides from,
+/// never overwritten by a row read before it.
+async fn on_postgres_a_send_that_waits_for_the_senders_ack_never_moves_their_cursor_back() {
+    let app = spawn_app(Engine::Postgres).await;
+    let group = app.group_with("alice", &["bob"]).await;
+    for k in 1..=4 {
+        app.send_ok("alice", group, &format!("a{k}")).await;
+    }
+    let held = app
+        .transaction_held(&format!(
+            "SELECT 1 FROM group_members WHERE group_id = {group} AND user_id = 'bob' \
+             FOR UPDATE"
+        ))
+        .await;
+    // Bob's ack queues on his row first, then his send.
+    let ack = async {
+        let r = app.ack("bob", group, json!({"last_ack_msg_id": 4})).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+    };
+    let send = async {
+        app.until_waiting_for_locks(1).await;
+        app.send_ok("bob", group, "read it all").await
+    };
+    let release = async {
+        app.until_waiting_for_locks(2).await;
+        held.commit().await;
+    };
+    let ((), sent, ()) = tokio::join!(ack, send, release);
+    assert_eq!(sent, 5);
+    let list = app.my_groups("bob", "").await;
+    let row = list.body["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .find(|g| g["group_id"] == group)
+        .cloned()
+        .expect("the group in bob's list");
+    // Whichever took the row first, bob has read 1-4 and his own 5 is not unread.
+    assert!(row["last_read_msg_id"].as_i64() >= Some(4), "{row:?}");
+    assert_eq!(row["unread_count"], 0, "{row:?}");
 }
