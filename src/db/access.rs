@@ -1,11 +1,12 @@
 //! Who may do what with a group: the one membership check every group route goes through, and
 //! the one type for every refusal (mapped to its HTTP answer once, in `api::error`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use diesel::prelude::*;
 
 use super::models::{EntryKind, GroupRow, MemberRow};
+use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::schema::{group_members, groups};
 
@@ -164,52 +165,143 @@ pub fn memberships(
         .collect())
 }
 
-/// The memberships of `user_ids` in a group whose row lock the caller holds, by user, for a
-/// write that decides from them: on PostgreSQL each found row is locked until the
-/// transaction ends, in user order, so it is read as it is now and stays so until the write
-/// is done (SQLite has one writer). The lock covers the group's row too, which the caller
-/// already holds: a write that does not hold it (an ack) must not use this. A user without a
-/// row is refused as by [`memberships`].
-pub fn lock_members_of(
+/// Columns of a membership as [`LockedRow`] reads them: the group's row (`g`) and the
+/// member's (`m`), which share only `group_id`.
+pub(super) const MEMBERSHIP_COLUMNS: &str = "g.group_id, g.name, g.owner_id, g.last_msg_id, \
+     g.created_at, g.last_activity_at, g.member_count, m.user_id, m.role, \
+     m.joined_after_msg_id, m.last_ack_msg_id, m.last_read_msg_id, m.joined_at, \
+     m.delivered_msg_id, m.own_msgs_after_read";
+
+/// A group's row and a member's, read together.
+#[derive(QueryableByName)]
+pub(super) struct LockedRow {
+    #[diesel(embed)]
+    pub group: GroupRow,
+    #[diesel(embed)]
+    pub member: MemberRow,
+}
+
+/// What [`lock_memberships`] found.
+#[derive(Debug, Default)]
+pub struct LockedMemberships {
+    /// Each pair's membership, or why it is not one.
+    pub found: HashMap<(i64, String), Result<Membership, Refusal>>,
+    /// Pairs whose membership row another transaction holds, when asked not to wait for it
+    /// (they are not in `found`).
+    pub busy: Vec<(i64, String)>,
+}
+
+/// The memberships of (group, user) pairs, by pair, for a write that moves their cursors
+/// without holding the groups' row locks (an ack): on PostgreSQL each membership row is
+/// locked until the transaction ends, in (group, user) order, and read in the same round
+/// trip, as it is once locked. Only the membership rows are locked, never the groups'
+/// rows, which senders lock before their members' rows; a write that takes the group's row
+/// uses [`super::groups::lock_group_and_members`]. With [`Busy::Skip`] a row another
+/// transaction holds is not waited for but answered in `busy`. SQLite has one writer and no
+/// row locks: the rows as they are.
+///
+/// Each group's rows are locked by a query that names the group, so on Citus it runs on the
+/// group's shard (a lock over several shards is refused); several groups' queries go in one
+/// statement, one `WITH` clause each, run in group order. A pair that the locking query does
+/// not find (a refusal, or a row held when not waiting) is looked up once more, unlocked, to
+/// tell which.
+pub fn lock_memberships(
     conn: &mut AnyConnection,
-    group_id: i64,
-    user_ids: &[&str],
-) -> QueryResult<HashMap<String, Result<Membership, Refusal>>> {
-    let mut user_ids = user_ids.to_vec();
-    user_ids.sort_unstable();
-    user_ids.dedup();
-    // Built per engine: the selected rows' types name their backend.
-    macro_rules! members_query {
-        () => {
-            groups::table
-                .inner_join(
-                    group_members::table.on(group_members::group_id
-                        .eq(groups::group_id)
-                        .and(group_members::user_id.eq_any(&user_ids))),
-                )
-                .filter(groups::group_id.eq(group_id))
-                .order(group_members::user_id)
-                .select((GroupRow::as_select(), MemberRow::as_select()))
-        };
+    pairs: &[(i64, &str)],
+    busy: Busy,
+) -> QueryResult<LockedMemberships> {
+    if !matches!(conn, AnyConnection::Postgresql(_)) {
+        let found = memberships(conn, pairs)?;
+        return Ok(LockedMemberships {
+            found,
+            busy: Vec::new(),
+        });
     }
-    let found: Vec<(GroupRow, MemberRow)> = match conn {
-        AnyConnection::Postgresql(c) => members_query!().for_no_key_update().load(c)?,
-        AnyConnection::Sqlite(c) => members_query!().load(c)?,
+    let mut by_group: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    for &(group_id, user_id) in pairs {
+        by_group.entry(group_id).or_default().push(user_id);
+    }
+    let skip = match busy {
+        Busy::Skip => " SKIP LOCKED",
+        Busy::Wait => "",
     };
-    let mut found: HashMap<String, (GroupRow, MemberRow)> = found
+    let lock_group_members = |query: RawSql, group_id: i64, users: &[&str]| {
+        query
+            .sql(&format!(
+                "SELECT {MEMBERSHIP_COLUMNS} FROM group_members m \
+                 JOIN groups g ON g.group_id = m.group_id WHERE m.group_id = "
+            ))
+            .int(group_id)
+            .sql(" AND g.group_id = ")
+            .int(group_id)
+            .sql(" AND m.user_id")
+            .in_texts(users)
+            .sql(&format!(" ORDER BY m.user_id FOR NO KEY UPDATE OF m{skip}"))
+    };
+    let query = match by_group.iter().collect::<Vec<_>>()[..] {
+        [] => return Ok(LockedMemberships::default()),
+        // Kept prepared: the ack of one group, whose text is the same every time.
+        [(group_id, users)] => {
+            lock_group_members(RawSql::default(), *group_id, users).keep_prepared()
+        }
+        _ => {
+            let mut query = RawSql::default();
+            for (n, (group_id, users)) in by_group.iter().enumerate() {
+                let opening = if n == 0 { "WITH" } else { "," };
+                query = query.sql(&format!("{opening} locked{n} AS ("));
+                query = lock_group_members(query, *group_id, users).sql(")");
+            }
+            let union: Vec<String> = (0..by_group.len())
+                .map(|n| format!("SELECT * FROM locked{n}"))
+                .collect();
+            query.sql(&format!(" {}", union.join(" UNION ALL ")))
+        }
+    };
+    let locked: Vec<LockedRow> = query.load(conn)?;
+    let mut found: HashMap<(i64, String), Result<Membership, Refusal>> = locked
         .into_iter()
-        .map(|(group, member)| (member.user_id.clone(), (group, member)))
-        .collect();
-    Ok(user_ids
-        .into_iter()
-        .map(|user_id| {
-            let checked = match found.remove(user_id) {
-                Some((group, member)) => membership(group, Some(member)),
-                None => Err(Refusal::NotMember { group_id }),
-            };
-            (user_id.to_owned(), checked)
+        .map(|LockedRow { group, member }| {
+            let key = (member.group_id, member.user_id.clone());
+            (key, Ok(Membership { group, member }))
         })
-        .collect())
+        .collect();
+    let missing: Vec<(i64, &str)> = pairs
+        .iter()
+        .copied()
+        .filter(|&(group_id, user_id)| !found.contains_key(&(group_id, user_id.to_owned())))
+        .collect();
+    if missing.is_empty() {
+        return Ok(LockedMemberships {
+            found,
+            busy: Vec::new(),
+        });
+    }
+    let mut held = Vec::new();
+    for (key, checked) in memberships(conn, &missing)? {
+        match checked {
+            // Skipped: another transaction holds the row.
+            Ok(_) if busy == Busy::Skip => held.push(key),
+            // Waiting, a row is missed only when it did not exist as the locking query
+            // began: the membership began since, after this request.
+            Ok(membership) => {
+                let group_id = membership.group.group_id;
+                found.insert(key, Err(Refusal::NotMember { group_id }));
+            }
+            Err(refusal) => {
+                found.insert(key, Err(refusal));
+            }
+        }
+    }
+    Ok(LockedMemberships { found, busy: held })
+}
+
+/// What a locking read does with a row another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Waits for it.
+    Wait,
+    /// Leaves it out.
+    Skip,
 }
 
 /// The group and the user's membership, found in one query; a refusal when the group does not

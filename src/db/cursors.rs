@@ -4,13 +4,13 @@ use diesel::QueryResult;
 
 use std::collections::{HashMap, HashSet};
 
-use super::access::{memberships, Checked, Membership, Refusal};
+use super::access::{
+    lock_memberships, memberships, Busy, Checked, LockedMemberships, Membership, Refusal,
+};
 use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices::{advance_devices, device_acks};
 use super::member_events::reads_statements;
-use super::members::{
-    advance_members, lock_free_memberships, lock_memberships, Advance, Busy, MemberCursorsAfter,
-};
+use super::members::{advance_members, Advance};
 use super::models::MemberRow;
 use super::push_due::{lock_badges, note_reads_on_devices};
 use super::raw_sql::RawSql;
@@ -262,19 +262,14 @@ fn ack_round<'a>(
     // Every membership row of the round is locked before anything else, even where only a
     // device's cursor moves: the write holds member rows while it writes their device
     // cursor and badge rows, so a device cursor taken before its member row could wait in a
-    // cycle with it. Read after the lock, the rows are as they are now.
-    let skipping = first.as_ref().is_some_and(|f| f.busy == Busy::Skip);
-    let locked = if skipping {
-        lock_free_memberships(conn, &pairs)?
-    } else {
-        lock_memberships(conn, &pairs)?;
-        None
-    };
-    let mut found = memberships(conn, &pairs)?;
+    // cycle with it. Read as locked, the rows are as they are now, and stay so.
+    let busy = first.as_ref().map_or(Busy::Wait, |f| f.busy);
+    let LockedMemberships {
+        mut found,
+        busy: held,
+    } = lock_memberships(conn, &pairs, busy)?;
     if let Some(FirstRound { entries, left, .. }) = first {
-        if let Some(locked) = locked {
-            leave_busy(entries, &found, &locked, left);
-        }
+        leave_busy(entries, &held, left);
         decide_refusals(entries, &found, left);
         order.retain(|e| left[e.request].is_none());
     }
@@ -299,22 +294,6 @@ fn ack_round<'a>(
             plans.push(plan);
         }
     }
-    let moves: Vec<((i64, &str), Advance)> = plans
-        .iter()
-        .filter_map(|p| p.advance.map(|a| (p.entry.membership(), a)))
-        .collect();
-    let moved: HashMap<(i64, String), MemberCursorsAfter> =
-        advance_members(conn, &moves)?.into_iter().collect();
-    for plan in &mut plans {
-        if plan.advance.is_none() {
-            continue;
-        }
-        let key = (plan.state.group_id, plan.entry.user_id.to_owned());
-        // Locked above: a membership row cannot vanish between the read and the write.
-        let after = moved.get(&key).ok_or(diesel::result::Error::NotFound)?;
-        plan.apply(after);
-    }
-    // After the membership rows: a device's cursor row needs its membership row.
     let device_moves: Vec<(i64, &str, &DeviceId, MsgId)> = plans
         .iter()
         .filter_map(|p| {
@@ -342,11 +321,19 @@ fn ack_round<'a>(
         .filter_map(|p| p.entry.device.map(|d| (p.state.group_id, d.as_str())))
         .collect();
     let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
-    // The effects are written in the same round trip as the counts are read, which do not
-    // read them.
-    let effects = effects_of(conn, &plans, wakes);
-    let counted: Vec<(i64, &str)> = plans.iter().map(|p| p.entry.membership()).collect();
-    let above = above_read_after(conn, &counted, effects)?;
+    // The membership rows' moves and their effects are written in the same round trip as
+    // the counts are read, which come out the same whether they see the moves or not.
+    let moves: Vec<((i64, &str), Advance)> = plans
+        .iter()
+        .filter_map(|p| p.advance.map(|a| (p.entry.membership(), a)))
+        .collect();
+    let mut writes: Vec<RawSql> = advance_members(&moves).into_iter().collect();
+    writes.extend(effects_of(conn, &plans, wakes));
+    let counted: Vec<(i64, &str, i64)> = plans
+        .iter()
+        .map(|p| (p.state.group_id, p.entry.user_id, p.state.last_read_msg_id))
+        .collect();
+    let above = above_read_after(conn, &counted, writes)?;
     for plan in &mut plans {
         let key = (plan.state.group_id, plan.entry.user_id.to_owned());
         if let Some(counts) = above.get(&key) {
@@ -371,19 +358,11 @@ fn ack_round<'a>(
     Ok(plans.into_iter().map(|p| (p.entry, p.state)).collect())
 }
 
-/// Leaves out each request naming a membership that exists but was not `locked`: another
-/// transaction holds its row.
-fn leave_busy(
-    entries: &[Entry<'_>],
-    found: &HashMap<(i64, String), Result<Membership, Refusal>>,
-    locked: &[(i64, String)],
-    left: &mut [Option<Left>],
-) {
-    let locked: HashSet<(i64, &str)> = locked.iter().map(|(g, u)| (*g, u.as_str())).collect();
+/// Leaves out each request naming a membership whose row another transaction holds.
+fn leave_busy(entries: &[Entry<'_>], held: &[(i64, String)], left: &mut [Option<Left>]) {
+    let held: HashSet<(i64, &str)> = held.iter().map(|(g, u)| (*g, u.as_str())).collect();
     for entry in entries {
-        let key = (entry.ack.group_id, entry.user_id.to_owned());
-        let exists = matches!(found.get(&key), Some(Ok(_)));
-        if exists && !locked.contains(&entry.membership()) {
+        if held.contains(&entry.membership()) {
             left[entry.request] = Some(Left::Busy);
         }
     }
@@ -455,31 +434,20 @@ impl<'a> AckPlan<'a> {
         // A device catching up on what another device already had leaves the membership row
         // (receipts, the read position) as it is.
         let default_device = entry.device.is_none();
-        let member = &plan.member;
-        let member_moves = read_to > member.last_read_msg_id
-            || ack_to > member.delivered_msg_id
-            || (default_device && ack_to > member.last_ack_msg_id);
-        plan.advance = member_moves.then_some(Advance {
-            default_ack_to: if default_device { ack_to } else { 0 },
-            read_to,
-            delivered_to: ack_to,
-        });
+        plan.advance = Advance::of(&plan.member, default_device, read_to, ack_to);
         plan.device_to = entry.device.map(|_| ack_to);
-        Ok(plan)
-    }
-
-    /// The membership row as the move left it.
-    fn apply(&mut self, after: &MemberCursorsAfter) {
-        let state = &mut self.state;
-        if self.entry.device.is_none() {
-            state.last_ack_msg_id = after.last_ack_msg_id;
+        if let Some(after) = plan.advance {
+            let state = &mut plan.state;
+            if default_device {
+                state.last_ack_msg_id = after.last_ack_msg_id;
+            }
+            state.last_read_msg_id = after.last_read_msg_id;
+            state.read_moved = after.last_read_msg_id > plan.member.last_read_msg_id;
+            state.receipts_changed =
+                state.read_moved || after.delivered_msg_id > plan.member.delivered_msg_id;
+            plan.delivered_after = after.delivered_msg_id;
         }
-        state.last_read_msg_id = after.last_read_msg_id;
-        state.own_msgs_after_read = after.own_msgs_after_read;
-        state.read_moved = after.last_read_msg_id > self.member.last_read_msg_id;
-        state.receipts_changed =
-            state.read_moved || after.delivered_msg_id > self.member.delivered_msg_id;
-        self.delivered_after = after.delivered_msg_id;
+        Ok(plan)
     }
 }
 
@@ -532,15 +500,11 @@ fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) ->
     // lock) to where the move left it.
     let mut cursor_moves = CursorMoves::default();
     for plan in plans.iter().filter(|p| p.advance.is_some()) {
-        let was = MemberCursors {
-            read: plan.member.last_read_msg_id,
-            delivered: plan.member.delivered_msg_id,
-            joined: plan.member.joined_after_msg_id,
-        };
+        let was = MemberCursors::of(&plan.member);
         let now = MemberCursors {
             read: plan.state.last_read_msg_id,
             delivered: plan.delivered_after,
-            joined: plan.member.joined_after_msg_id,
+            ..was
         };
         cursor_moves.moved(plan.state.group_id, was, now);
     }

@@ -1,16 +1,17 @@
 //! Queries on `groups`: creation and the per-group message counter.
 
 use diesel::prelude::*;
+use std::collections::HashMap;
 
-use super::access::{member_of, Checked};
+use super::access::{member_of, Checked, LockedRow, Membership, MEMBERSHIP_COLUMNS};
 use super::members::{insert_joined, within_cap};
-use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
+use super::models::{now_utc, GroupRow, MemberRow, NewGroup, NewMember, Role};
 use super::raw_sql::RawSql;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::refuse_unless;
-use crate::schema::groups;
+use crate::schema::{group_members, groups};
 use crate::wake::Wakes;
 
 /// Creates a group owned by `owner_id` with the given other members, if they fit under the
@@ -149,6 +150,90 @@ pub fn record_appended(
         .map(|_| ())
 }
 
+/// Locks a group's row for a write to its log (see [`lock_group`]) and reads the
+/// memberships of `user_ids` in it, by user, for a write that decides from them: on
+/// PostgreSQL each found membership row is locked too, after the group's row and in user
+/// order, so it is read as it is now and stays so until the write is done. One round trip
+/// when any of them is a member; a user without a row is not a member. None
+/// when the group does not exist. SQLite has one writer: the group's lock, then the rows as
+/// they are.
+///
+/// Only a writer that takes the group's row may lock this way; one that does not (an ack)
+/// locks members with [`super::access::lock_memberships`], or it could wait in a cycle with a sender.
+pub fn lock_group_and_members(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    user_ids: &[&str],
+) -> QueryResult<Option<LockedWithMembers>> {
+    let mut user_ids = user_ids.to_vec();
+    user_ids.sort_unstable();
+    user_ids.dedup();
+    let found: Vec<LockedRow> = match conn {
+        // The group's row comes first in FROM, so each row of the join locks it before the
+        // member's: the order every writer of the group takes them in.
+        AnyConnection::Postgresql(_) => RawSql::default()
+            .sql(&format!(
+                "SELECT {MEMBERSHIP_COLUMNS} FROM groups g JOIN group_members m \
+                 ON m.group_id = g.group_id WHERE g.group_id = "
+            ))
+            .int(group_id)
+            .sql(" AND m.group_id = ")
+            .int(group_id)
+            .sql(" AND m.user_id")
+            .in_texts(&user_ids)
+            .sql(" ORDER BY m.user_id FOR NO KEY UPDATE")
+            .keep_prepared()
+            .load(conn)?,
+        AnyConnection::Sqlite(_) => Vec::new(),
+    };
+    let (locked, found) = match found.first() {
+        Some(row) => (LockedGroup::of(&row.group), found),
+        // Nobody to lock with it (or SQLite): the group's row alone, then the members.
+        None => {
+            let locked = match lock_group(conn, group_id) {
+                Err(diesel::result::Error::NotFound) => return Ok(None),
+                other => other?,
+            };
+            let found = match conn {
+                AnyConnection::Postgresql(_) => Vec::new(),
+                AnyConnection::Sqlite(c) => groups::table
+                    .inner_join(
+                        group_members::table.on(group_members::group_id
+                            .eq(groups::group_id)
+                            .and(group_members::user_id.eq_any(&user_ids))),
+                    )
+                    .filter(groups::group_id.eq(group_id))
+                    .select((GroupRow::as_select(), MemberRow::as_select()))
+                    .load::<(GroupRow, MemberRow)>(c)?
+                    .into_iter()
+                    .map(|(group, member)| LockedRow { group, member })
+                    .collect(),
+            };
+            (locked, found)
+        }
+    };
+    let found: HashMap<String, LockedRow> = found
+        .into_iter()
+        .map(|row| (row.member.user_id.clone(), row))
+        .collect();
+    let members = found
+        .into_iter()
+        .map(|(user_id, LockedRow { group, member })| (user_id, Membership { group, member }))
+        .collect();
+    Ok(Some(LockedWithMembers {
+        group: locked,
+        members,
+    }))
+}
+
+/// What [`lock_group_and_members`] read under the locks.
+#[derive(Debug)]
+pub struct LockedWithMembers {
+    pub group: LockedGroup,
+    /// The memberships found, by user; a user without one is not a member.
+    pub members: HashMap<String, Membership>,
+}
+
 /// The group's last message id and member count, read while holding its row lock
 /// (PostgreSQL) until the transaction ends: members added now join exactly after the last
 /// committed message, and no other change of membership can slip between the count and the
@@ -191,4 +276,14 @@ pub fn lock_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Locked
 pub struct LockedGroup {
     pub last_msg_id: i64,
     pub member_count: i64,
+}
+
+impl LockedGroup {
+    /// The figures of a group's row read under its lock.
+    pub fn of(group: &GroupRow) -> LockedGroup {
+        LockedGroup {
+            last_msg_id: group.last_msg_id,
+            member_count: group.member_count,
+        }
+    }
 }

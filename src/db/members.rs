@@ -6,7 +6,7 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use std::collections::{HashMap, HashSet};
 
-use super::access::{member_of, Checked, Membership, Refusal};
+use super::access::{member_of, Busy, Checked, Membership, Refusal};
 use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices;
 use super::distribution::one_group;
@@ -16,6 +16,7 @@ use super::models::{now_utc, MemberRow, NewMember, Role};
 use super::raw_sql::{RawSql, Value};
 use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
+use super::unread::own_messages_passed;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, groups};
@@ -235,23 +236,43 @@ pub fn my_group_ids(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<
         .load(conn)
 }
 
-/// Where an ack moves a member's cursors: each only forwards.
-#[derive(Debug, Clone, Copy)]
+/// A member's cursors after an ack, decided from the membership row as locked: each only
+/// forwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advance {
-    /// The default device's delivered cursor (0 leaves it: a named device acked).
-    pub default_ack_to: i64,
-    pub read_to: i64,
-    /// Delivered to some device: at least `read_to`.
-    pub delivered_to: i64,
-}
-
-/// A member's cursors after a move.
-#[derive(Queryable, Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemberCursorsAfter {
+    /// The default device's delivered cursor.
     pub last_ack_msg_id: i64,
     pub last_read_msg_id: i64,
+    /// Delivered to some device.
     pub delivered_msg_id: i64,
-    pub own_msgs_after_read: i64,
+}
+
+impl Advance {
+    /// Where an ack to `read_to`, delivering through `delivered_to` (at least `read_to`),
+    /// leaves `member`'s cursors; the default device's moves only when `default_device`
+    /// acked. None when it leaves them all as they are.
+    pub fn of(
+        member: &MemberRow,
+        default_device: bool,
+        read_to: i64,
+        delivered_to: i64,
+    ) -> Option<Advance> {
+        let after = Advance {
+            last_ack_msg_id: if default_device {
+                member.last_ack_msg_id.max(delivered_to)
+            } else {
+                member.last_ack_msg_id
+            },
+            last_read_msg_id: member.last_read_msg_id.max(read_to),
+            delivered_msg_id: member.delivered_msg_id.max(delivered_to),
+        };
+        let before = Advance {
+            last_ack_msg_id: member.last_ack_msg_id,
+            last_read_msg_id: member.last_read_msg_id,
+            delivered_msg_id: member.delivered_msg_id,
+        };
+        (after != before).then_some(after)
+    }
 }
 
 /// `CASE WHEN <column> < to THEN to ELSE <column> END`: "never backwards" in the one spelling
@@ -263,61 +284,15 @@ fn forward_to(column: &str, to: i64) -> SqlLiteral<BigInt> {
     ))
 }
 
-/// `UPDATE group_members SET …`: the one rule for moving a member's cursors forward, given
-/// SQL for where each goes (integers, or columns of a joined table whose names differ from
-/// the membership row's). Racing moves cannot lower each other, and the count of the
-/// member's own messages above the read cursor moves with the cursor (the sender index
-/// bounds that count to their own messages in the range the cursor passes). SET expressions
-/// all see the row as it was before the update, on both engines; an ack_to of 0 never moves
-/// a cursor, which is at least 0.
-///
-/// `one_group`: the group every moved row belongs to, when one; the count then names it (on
-/// Citus a subquery that only refers to the outer row's group would run on every shard).
-fn advance_member_sql(
-    one_group: Option<i64>,
-    ack_to: &str,
-    read_to: &str,
-    delivered_to: &str,
-) -> RawSql {
-    let query = RawSql::default().sql(&format!(
-        "UPDATE group_members SET \
-           last_ack_msg_id = CASE WHEN last_ack_msg_id < {ack_to} THEN {ack_to} \
-             ELSE last_ack_msg_id END, \
-           own_msgs_after_read = CASE WHEN last_read_msg_id < {read_to} \
-             THEN own_msgs_after_read - (SELECT count(*) FROM group_msgs m \
-               WHERE m.group_id = "
-    ));
-    let query = match one_group {
-        Some(group_id) => query.int(group_id),
-        None => query.sql("group_members.group_id"),
-    };
-    query.sql(&format!(
-        " AND m.sender_id = group_members.user_id AND m.kind = 'message' \
-                 AND m.msg_id > group_members.last_read_msg_id \
-                 AND m.msg_id <= {read_to}) \
-             ELSE own_msgs_after_read END, \
-           last_read_msg_id = CASE WHEN last_read_msg_id < {read_to} THEN {read_to} \
-             ELSE last_read_msg_id END, \
-           delivered_msg_id = CASE WHEN delivered_msg_id < {delivered_to} \
-             THEN {delivered_to} ELSE delivered_msg_id END"
-    ))
-}
-
-/// Moves members' cursors forward, each (group, user) by its [`Advance`], in one statement,
-/// by [`advance_member_sql`]'s rule. Returns the cursors after the move by pair; a pair whose
-/// membership row is gone (removed since it was read) is missing.
-///
-/// On PostgreSQL the caller has locked the rows first, with [`lock_memberships`]: under READ
-/// COMMITTED an UPDATE that waits for a row changed meanwhile (a recall of the member's own
-/// message lowering their count) updates the row as it is now but counts the messages in
-/// its subquery as they were when it started, and would subtract the recalled message a
-/// second time. An UPDATE after the lock starts after whatever the lock waited for.
-pub fn advance_members(
-    conn: &mut AnyConnection,
-    moves: &[((i64, &str), Advance)],
-) -> QueryResult<Vec<((i64, String), MemberCursorsAfter)>> {
+/// The statement that writes members' cursors where acks left them, each (group, user) to
+/// its [`Advance`]; the count of the member's own messages above the read cursor moves with
+/// the cursor ([`own_messages_passed`]). None when nothing moves. For a caller that locked
+/// the rows and read them as locked ([`super::access::lock_memberships`]), and so decided
+/// the moves from rows nobody else can change; it starts after the locks, so the count sees
+/// whatever the locks waited for (a recall of the member's own message, which lowered it).
+pub fn advance_members(moves: &[((i64, &str), Advance)]) -> Option<RawSql> {
     if moves.is_empty() {
-        return Ok(Vec::new());
+        return None;
     }
     let rows: Vec<Vec<Value<'_>>> = moves
         .iter()
@@ -325,62 +300,31 @@ pub fn advance_members(
             vec![
                 Value::Int(*group_id),
                 Value::Text(user_id),
-                Value::Int(to.default_ack_to),
-                Value::Int(to.read_to),
-                Value::Int(to.delivered_to),
+                Value::Int(to.last_ack_msg_id),
+                Value::Int(to.last_read_msg_id),
+                Value::Int(to.delivered_msg_id),
             ]
         })
         .collect();
     let one_group = one_group(moves.iter().map(|m| m.0 .0));
-    let query = advance_member_sql(one_group, "t.ack_to", "t.read_to", "t.delivered_to")
-        .sql(" FROM ")
-        .rows("t", &["g", "u", "ack_to", "read_to", "delivered_to"], &rows)
-        .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = t.u")
-        .within_one_group("group_members.group_id", one_group)
-        .sql(
-            " RETURNING group_members.group_id, group_members.user_id, last_ack_msg_id, \
-             last_read_msg_id, delivered_msg_id, own_msgs_after_read",
-        )
-        // Kept for one membership (the ack of one group), whose text is the same every time.
-        .keep_prepared();
-    let moved: Vec<MovedMember> = query.load(conn)?;
-    Ok(moved
-        .into_iter()
-        .map(|m| {
-            let after = MemberCursorsAfter {
-                last_ack_msg_id: m.last_ack_msg_id,
-                last_read_msg_id: m.last_read_msg_id,
-                delivered_msg_id: m.delivered_msg_id,
-                own_msgs_after_read: m.own_msgs_after_read,
-            };
-            ((m.group_id, m.user_id), after)
-        })
-        .collect())
-}
-
-/// PostgreSQL: locks the membership rows of the (group, user) pairs, in (group, user) order
-/// (see [`lock_in_order`]), by a statement of its own. SQLite has one writer and no row
-/// locks.
-pub fn lock_memberships(conn: &mut AnyConnection, pairs: &[(i64, &str)]) -> QueryResult<()> {
-    lock_in_order(conn, "group_members", "user_id", pairs, Busy::Wait).map(|_| ())
-}
-
-/// [`lock_memberships`] without waiting: locks the rows no other transaction holds and
-/// answers them, or None on SQLite (one writer: nothing is ever held).
-pub fn lock_free_memberships(
-    conn: &mut AnyConnection,
-    pairs: &[(i64, &str)],
-) -> QueryResult<Option<Vec<(i64, String)>>> {
-    lock_in_order(conn, "group_members", "user_id", pairs, Busy::Skip)
-}
-
-/// What locking does with a row another transaction holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Busy {
-    /// Waits for it.
-    Wait,
-    /// Leaves it out.
-    Skip,
+    let query = RawSql::default().sql(
+        "UPDATE group_members SET last_ack_msg_id = t.ack_to, \
+         own_msgs_after_read = own_msgs_after_read - ",
+    );
+    let query = own_messages_passed(query, "group_members", "t.read_to", one_group);
+    Some(
+        query
+            .sql(
+                ", last_read_msg_id = t.read_to, delivered_msg_id = t.delivered_to \
+                 FROM ",
+            )
+            .rows("t", &["g", "u", "ack_to", "read_to", "delivered_to"], &rows)
+            .sql(" WHERE group_members.group_id = t.g AND group_members.user_id = t.u")
+            .within_one_group("group_members.group_id", one_group)
+            // Kept for one membership (the ack of one group), whose text is the same every
+            // time.
+            .keep_prepared(),
+    )
 }
 
 /// PostgreSQL: locks the rows of `table` keyed by (group_id, `key_column`) for the pairs, in
@@ -454,22 +398,6 @@ pub(super) fn lock_in_order(
             .map(|row| (row.group_id, row.key))
             .collect(),
     ))
-}
-
-#[derive(diesel::QueryableByName)]
-struct MovedMember {
-    #[diesel(sql_type = BigInt)]
-    group_id: i64,
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    user_id: String,
-    #[diesel(sql_type = BigInt)]
-    last_ack_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    last_read_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    delivered_msg_id: i64,
-    #[diesel(sql_type = BigInt)]
-    own_msgs_after_read: i64,
 }
 
 /// An entry a member just appended to a group's log: its id, the device it came from (None:

@@ -2,12 +2,11 @@
 //! directions, and message expiry.
 
 use diesel::prelude::*;
-use diesel::result::Error as DieselError;
 
 use std::collections::HashMap;
 
-use super::access::{lock_members_of, Checked, Membership, Refusal};
-use super::groups::{lock_group, record_appended};
+use super::access::{Checked, Membership, Refusal};
+use super::groups::{lock_group, lock_group_and_members, record_appended, LockedWithMembers};
 use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
@@ -127,24 +126,21 @@ pub fn send_entries(
     windows: ChangeWindows,
     wakes: &mut Wakes,
 ) -> QueryResult<Vec<Sent>> {
-    let locked = match lock_group(conn, group_id.0) {
-        Err(DieselError::NotFound) => {
-            let no_group = || {
-                Err(Refusal::NoGroup {
-                    group_id: group_id.0,
-                })
-            };
-            return Ok(sends.iter().map(|_| no_group()).collect());
-        }
-        other => other?,
-    };
     let senders: Vec<&str> = sends.iter().map(|s| s.sender_id.as_str()).collect();
-    // The one membership check, by sender: a sender who is not a member is missing. The rows
-    // stay locked: the cursor moves below are decided from them.
-    let memberships: HashMap<String, Membership> = lock_members_of(conn, group_id.0, &senders)?
-        .into_iter()
-        .filter_map(|(user, checked)| checked.ok().map(|m| (user, m)))
-        .collect();
+    // The group's lock and the one membership check, by sender: a sender who is not a member
+    // is missing. The rows stay locked: the cursor moves below are decided from them.
+    let Some(LockedWithMembers {
+        group: locked,
+        members: memberships,
+    }) = lock_group_and_members(conn, group_id.0, &senders)?
+    else {
+        let no_group = || {
+            Err(Refusal::NoGroup {
+                group_id: group_id.0,
+            })
+        };
+        return Ok(sends.iter().map(|_| no_group()).collect());
+    };
     let mut sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();

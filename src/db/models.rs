@@ -1,11 +1,14 @@
 //! Row structs (what a query returns) kept apart from insert forms (what a write takes).
 
 use chrono::NaiveDateTime;
+use diesel::backend::Backend;
+use diesel::deserialize::{self, FromSql, FromSqlRow};
 use diesel::prelude::*;
+use diesel::sql_types::Text;
 
 use crate::schema::{group_members, group_msgs, groups};
 
-#[derive(Queryable, Selectable, Debug, Clone)]
+#[derive(Queryable, QueryableByName, Selectable, Debug, Clone)]
 #[diesel(table_name = groups)]
 pub struct GroupRow {
     pub group_id: i64,
@@ -29,12 +32,11 @@ pub struct NewGroup<'a> {
     pub last_activity_at: NaiveDateTime,
 }
 
-#[derive(Queryable, Selectable, Debug, Clone)]
+#[derive(Queryable, QueryableByName, Selectable, Debug, Clone)]
 #[diesel(table_name = group_members)]
 pub struct MemberRow {
     pub group_id: i64,
     pub user_id: String,
-    #[diesel(deserialize_as = String)]
     pub role: Role,
     pub joined_after_msg_id: i64,
     pub last_ack_msg_id: i64,
@@ -81,7 +83,7 @@ impl NewMember {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromSqlRow)]
 pub enum Role {
     Owner,
     Member,
@@ -107,6 +109,16 @@ impl TryFrom<String> for Role {
             "member" => Ok(Role::Member),
             _ => Err(format!("unknown role {stored:?}")),
         }
+    }
+}
+
+impl<DB> FromSql<Text, DB> for Role
+where
+    DB: Backend,
+    String: FromSql<Text, DB>,
+{
+    fn from_sql(stored: DB::RawValue<'_>) -> deserialize::Result<Role> {
+        Ok(Role::try_from(String::from_sql(stored)?)?)
     }
 }
 

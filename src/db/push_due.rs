@@ -20,8 +20,9 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
+use super::access::Busy;
 use super::distribution::on_citus;
-use super::members::{lock_in_order, Busy};
+use super::members::lock_in_order;
 use super::raw_sql::{RawSql, Value};
 use super::unread::unread_sql;
 use super::AnyConnection;

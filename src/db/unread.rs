@@ -127,21 +127,49 @@ pub struct AboveRead {
     pub mentions: i64,
 }
 
-/// The entries above each (group, user) member's read cursor that the unread rule skips, and
-/// their unread mentions, with the group's last entry, as the membership rows stand now
-/// (inside a write: after their update). One query, by pair.
-pub fn above_read(
-    conn: &mut AnyConnection,
-    pairs: &[(i64, &str)],
-) -> QueryResult<HashMap<(i64, String), AboveRead>> {
-    above_read_after(conn, pairs, Vec::new())
+/// Appends the number of `member`'s own messages that a read cursor moving from the row's
+/// `last_read_msg_id` to `read_to` passes (0 when it does not move forward): what the row's
+/// `own_msgs_after_read` loses with the move. `member` names the `group_members` row, and
+/// `read_to` is SQL over the statement's other tables. The sender index finds the messages,
+/// so the cost grows with the member's own messages in the range, never with the others'.
+///
+/// `one_group`: the group of every row, when one; the count then names it (on Citus a
+/// subquery that only refers to the outer row's group would run on every shard).
+pub fn own_messages_passed(
+    query: RawSql,
+    member: &str,
+    read_to: &str,
+    one_group: Option<i64>,
+) -> RawSql {
+    let query = query.sql(&format!(
+        "(CASE WHEN {member}.last_read_msg_id < {read_to} THEN (SELECT count(*) \
+         FROM group_msgs own WHERE own.group_id = "
+    ));
+    let query = match one_group {
+        Some(group_id) => query.int(group_id),
+        None => query.sql(&format!("{member}.group_id")),
+    };
+    query.sql(&format!(
+        " AND own.sender_id = {member}.user_id AND own.kind = 'message' \
+         AND own.msg_id > {member}.last_read_msg_id AND own.msg_id <= {read_to}) \
+         ELSE 0 END)"
+    ))
 }
 
-/// [`above_read`], after `writes` that it does not read, in the same round trip where the
-/// engine can (see [`RawSql::load_after`]).
+/// For members whose acks just moved (or kept) their read cursors, by (group, user, read
+/// cursor after the ack): the entries above that cursor that the unread rule skips, their
+/// unread mentions, the member's own messages above it, and the group's last entry. One
+/// query, run with `writes` (the acks' own writes, the membership rows' move among them) in
+/// the same round trip where the engine allows ([`RawSql::load_after`]).
+///
+/// The answer is the same whether the query sees the membership rows as the writes leave
+/// them (SQLite and Citus run the writes first) or as they were (PostgreSQL runs them as
+/// parts of the same statement): the read cursor is the one given, and the own-message
+/// count is the row's less what a move from the row's read cursor to the given one passes,
+/// which is nothing once the row has moved.
 pub fn above_read_after(
     conn: &mut AnyConnection,
-    pairs: &[(i64, &str)],
+    reads: &[(i64, &str, i64)],
     writes: Vec<RawSql>,
 ) -> QueryResult<HashMap<(i64, String), AboveRead>> {
     #[derive(QueryableByName)]
@@ -153,59 +181,51 @@ pub fn above_read_after(
         #[diesel(embed)]
         above: AboveRead,
     }
-    if pairs.is_empty() {
+    if reads.is_empty() {
         for write in writes {
             write.execute(conn)?;
         }
         return Ok(HashMap::new());
     }
-    let select = |query: RawSql, group: Option<i64>| {
-        let query = query.sql(
-            "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
-                    group_members.own_msgs_after_read, CAST(",
-        );
-        let query = match group {
-            Some(group_id) => NOT_COUNTED_ABOVE_READ.for_group(query, group_id),
-            None => query.sql(&NOT_COUNTED_OVER_ROWS),
-        }
-        .sql(" AS BIGINT) AS not_counted, CAST(");
-        match group {
-            Some(group_id) => MENTIONS_ABOVE_READ.for_group(query, group_id),
-            None => query.sql(&MENTIONS_OVER_ROWS),
-        }
-        .sql(
-            " AS BIGINT) AS mentions \
-             FROM group_members JOIN groups ON groups.group_id = group_members.group_id",
-        )
-    };
-    let group = one_group(pairs.iter().map(|p| p.0));
-    let query = select(RawSql::default(), group);
+    let group = one_group(reads.iter().map(|r| r.0));
+    let rows: Vec<Vec<Value<'_>>> = reads
+        .iter()
+        .map(|&(group_id, user_id, read_to)| {
+            vec![
+                Value::Int(group_id),
+                Value::Text(user_id),
+                Value::Int(read_to),
+            ]
+        })
+        .collect();
+    // The membership rows with the given read cursors, under the table's name, which the
+    // counts below refer to.
+    let query = RawSql::default().sql(
+        "SELECT group_members.group_id, group_members.user_id, groups.last_msg_id, \
+         group_members.own_msgs_after_read, CAST(",
+    );
     let query = match group {
-        // One group, named (on Citus: its shard alone), and its members by an array, so
-        // the text is the same however many: kept prepared.
-        Some(group_id) => {
-            let users: Vec<&str> = pairs.iter().map(|p| p.1).collect();
-            query
-                .sql(" WHERE group_members.group_id = ")
-                .int(group_id)
-                .sql(" AND groups.group_id = ")
-                .int(group_id)
-                .sql(" AND group_members.user_id")
-                .in_texts(&users)
-                .keep_prepared()
-        }
-        None => {
-            let rows: Vec<Vec<Value<'_>>> = pairs
-                .iter()
-                .map(|&(group_id, user_id)| vec![Value::Int(group_id), Value::Text(user_id)])
-                .collect();
-            query
-                .sql(" JOIN ")
-                .rows("t", &["g", "u"], &rows)
-                .sql(" ON group_members.group_id = t.g AND group_members.user_id = t.u")
-                .keep_prepared()
-        }
-    };
+        Some(group_id) => NOT_COUNTED_ABOVE_READ.for_group(query, group_id),
+        None => query.sql(&NOT_COUNTED_OVER_ROWS),
+    }
+    .sql(" AS BIGINT) AS not_counted, CAST(");
+    let query = match group {
+        Some(group_id) => MENTIONS_ABOVE_READ.for_group(query, group_id),
+        None => query.sql(&MENTIONS_OVER_ROWS),
+    }
+    .sql(
+        " AS BIGINT) AS mentions FROM (SELECT gm.group_id, gm.user_id, \
+         t.read_to AS last_read_msg_id, gm.own_msgs_after_read - ",
+    );
+    let query = own_messages_passed(query, "gm", "t.read_to", group)
+        .sql(" AS own_msgs_after_read FROM group_members gm JOIN ")
+        .rows("t", &["g", "u", "read_to"], &rows)
+        .sql(" ON gm.group_id = t.g AND gm.user_id = t.u")
+        .within_one_group("gm.group_id", group)
+        .sql(") AS group_members JOIN groups ON groups.group_id = group_members.group_id")
+        .within_one_group("groups.group_id", group)
+        // One text whatever the count of rows on PostgreSQL (arrays), kept prepared.
+        .keep_prepared();
     let found: Vec<Row> = query.load_after(writes, conn)?;
     Ok(found
         .into_iter()
