@@ -188,9 +188,9 @@ pub fn send_entries(
     }
     let own_advance =
         advance_past_own_entries(group_id, &own_entries_by_user(&stored), &memberships)?;
-    // One round trip for the append where the engine allows: the entries (several are
-    // inserted now, one goes with the rest), the senders' cursors and the group's counter.
-    let mut writes: Vec<RawSql> = insert_rows(conn, &stored)?.into_iter().collect();
+    // One round trip for the append where the engine allows: the entries, the senders'
+    // cursors and the group's counter.
+    let mut writes = vec![insert_rows(&stored)];
     writes.extend(own_advance.statements(conn));
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.
@@ -207,54 +207,47 @@ pub fn send_entries(
     Ok(answers)
 }
 
-/// Inserts the rows of `stored`. Several go now, by one multi-row insert. One row, the common
-/// case, is returned as a statement every engine keeps prepared, for the caller to run in the
-/// round trip of its next statement ([`RawSql::load_after`]).
-fn insert_rows(
-    conn: &mut AnyConnection,
-    stored: &[(&NewEntry, MessageRow)],
-) -> QueryResult<Option<RawSql>> {
-    if let [(_, row)] = stored {
+/// The statement that inserts the rows of `stored`, for the caller to run in the round trip
+/// of its next statement ([`RawSql::execute_after`]). The text of one row, the common case,
+/// is the same every time and stays prepared; several rows make a text of their own.
+fn insert_rows(stored: &[(&NewEntry, MessageRow)]) -> RawSql {
+    let mut query = RawSql::default().sql(
+        "INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, content, \
+         created_at, target_msg_id, reply_to_msg_id, mention_all, ext, detail) VALUES ",
+    );
+    for (n, (_, row)) in stored.iter().enumerate() {
         let row = row.insertable();
-        return Ok(Some(
-            RawSql::default()
-                .sql(
-                    "INSERT INTO group_msgs (group_id, msg_id, kind, sender_id, client_msg_id, \
-                 content, created_at, target_msg_id, reply_to_msg_id, mention_all, ext, detail) \
-                 VALUES (",
-                )
-                .int(row.group_id)
-                .sql(", ")
-                .int(row.msg_id)
-                .sql(", ")
-                .text(row.kind)
-                .sql(", ")
-                .text(row.sender_id)
-                .sql(", ")
-                .text(row.client_msg_id)
-                .sql(", ")
-                .text(row.content)
-                .sql(", ")
-                .time(row.created_at)
-                .sql(", ")
-                .maybe_int(row.target_msg_id)
-                .sql(", ")
-                .maybe_int(row.reply_to_msg_id)
-                .sql(", ")
-                .flag(row.mention_all)
-                .sql(", ")
-                .maybe_text(row.ext)
-                .sql(", ")
-                .maybe_text(row.detail)
-                .sql(")")
-                .keep_prepared(),
-        ));
+        query = query
+            .sql(if n == 0 { "(" } else { ", (" })
+            .int(row.group_id)
+            .sql(", ")
+            .int(row.msg_id)
+            .sql(", ")
+            .text(row.kind)
+            .sql(", ")
+            .text(row.sender_id)
+            .sql(", ")
+            .text(row.client_msg_id)
+            .sql(", ")
+            .text(row.content)
+            .sql(", ")
+            .time(row.created_at)
+            .sql(", ")
+            .maybe_int(row.target_msg_id)
+            .sql(", ")
+            .maybe_int(row.reply_to_msg_id)
+            .sql(", ")
+            .flag(row.mention_all)
+            .sql(", ")
+            .maybe_text(row.ext)
+            .sql(", ")
+            .maybe_text(row.detail)
+            .sql(")");
     }
-    let rows: Vec<NewMessage<'_>> = stored.iter().map(|(_, row)| row.insertable()).collect();
-    on_engine!(conn, |c| diesel::insert_into(group_msgs::table)
-        .values(&rows)
-        .execute(c))?;
-    Ok(None)
+    match stored {
+        [_] => query.keep_prepared(),
+        _ => query,
+    }
 }
 
 /// The entries `stored` appended, by sender (user id order), each sender's in id order.
@@ -306,14 +299,30 @@ fn find_sent(
                 .iter()
                 .map(|s| vec![Value::Text(&s.sender_id), Value::Text(&s.client_msg_id)])
                 .collect();
-            RawSql::default()
-                .sql(COLUMNS)
-                .rows("k", &["sender_id", "client_msg_id"], &keys)
-                .sql(
-                    " JOIN group_msgs m ON m.sender_id = k.sender_id \
-                     AND m.client_msg_id = k.client_msg_id WHERE m.group_id = ",
-                )
-                .int(group_id.0)
+            let query =
+                RawSql::default()
+                    .sql(COLUMNS)
+                    .rows("k", &["sender_id", "client_msg_id"], &keys);
+            match conn {
+                // One probe of the unique index per key, whatever the planner thinks of the
+                // table: as a plain join, a young table without statistics gets a hash join
+                // over every entry of the group. The LIMIT keeps the subquery from being
+                // merged into such a join.
+                AnyConnection::Postgresql(_) => query
+                    .sql(" CROSS JOIN LATERAL (SELECT * FROM group_msgs WHERE group_id = ")
+                    .int(group_id.0)
+                    .sql(
+                        " AND sender_id = k.sender_id AND client_msg_id = k.client_msg_id \
+                         LIMIT 1) m",
+                    ),
+                // SQLite probes the index per row of the (small) key table by itself.
+                AnyConnection::Sqlite(_) => query
+                    .sql(
+                        " JOIN group_msgs m ON m.sender_id = k.sender_id \
+                         AND m.client_msg_id = k.client_msg_id WHERE m.group_id = ",
+                    )
+                    .int(group_id.0),
+            }
         }
     };
     let found: Vec<MessageRow> = query.load(conn)?;

@@ -196,19 +196,24 @@ struct Stamped {
     stamped: i64,
 }
 
-/// Runs a round's statement on PostgreSQL; the number of rows it stamped.
+/// Runs a round's statement on PostgreSQL; the number of rows it stamped. Its text is the
+/// same every time, and kept prepared: a round follows most writes.
 fn run_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<i64> {
-    let text = match on_citus(conn) {
-        true => PUBLISH_AND_CLOSE_ROUND.as_str(),
-        false => PUBLISH_ROUND.as_str(),
-    };
-    let AnyConnection::Postgresql(c) = conn else {
+    if !matches!(conn, AnyConnection::Postgresql(_)) {
         return Ok(0);
+    }
+    let text = match on_citus(conn) {
+        true => &*PUBLISH_AND_CLOSE_ROUND,
+        false => &*PUBLISH_ROUND,
     };
-    let rows: Vec<Stamped> = diesel::sql_query(text)
-        .bind::<Text, _>(CHANNEL)
-        .bind::<Array<Text>, _>(payloads)
-        .load(c)?;
+    let rows: Vec<Stamped> = RawSql::default()
+        .sql(&text.before_channel)
+        .text(CHANNEL)
+        .sql(&text.before_payloads)
+        .pg_texts(&payloads)
+        .sql(&text.rest)
+        .keep_prepared()
+        .load(conn)?;
     Ok(rows.first().map_or(0, |r| r.stamped))
 }
 
@@ -226,19 +231,26 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 
 /// PostgreSQL's round (see [`publish_round`]) on one node: the clock moves when a feed row
 /// waits for a position. Readers on one node trust every position up to the clock.
-static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
+static PUBLISH_ROUND: LazyLock<RoundText> = LazyLock::new(|| round_text(false));
 
 /// The round on Citus, where a reader trusts only the positions below the clock it sees (see
 /// [`super::changes::current_watermark`]): the clock also moves when the last publication
 /// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
 /// publication at once; this catches one left open by an instance that stopped in between.
-static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));
+static PUBLISH_AND_CLOSE_ROUND: LazyLock<RoundText> = LazyLock::new(|| round_text(true));
+
+/// A round's text around its two values: the notification channel and the payloads.
+struct RoundText {
+    before_channel: String,
+    before_payloads: String,
+    rest: String,
+}
 
 /// The text of a round. `sent` is selected only so that the `notified` clause runs
 /// (PostgreSQL skips a read-only clause nothing refers to). The clock's earlier value is read
 /// in a CTE of its own: Citus refuses a subquery over a distributed table that refers to the
 /// reference table's row being updated.
-fn round_text(closes_last: bool) -> String {
+fn round_text(closes_last: bool) -> RoundText {
     let mut moves_clock: Vec<String> = FEEDS
         .iter()
         .map(|feed| format!("EXISTS (SELECT 1 FROM {feed} WHERE pos IS NULL)"))
@@ -261,18 +273,22 @@ fn round_text(closes_last: bool) -> String {
     let counts: Vec<String> = (0..FEEDS.len())
         .map(|k| format!("(SELECT count(*) FROM stamped_{k})"))
         .collect();
-    format!(
-        "WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
-         clock AS (UPDATE feed_clock SET published = published + 1 \
-           WHERE clock_id = 0 AND ({moves_clock}) RETURNING published), \
-         {stamps}, \
-         notified AS (SELECT count(pg_notify($1, payload)) AS sent \
-           FROM unnest($2::text[]) AS payload) \
-         SELECT {counts} AS stamped, (SELECT sent FROM notified) AS sent",
-        moves_clock = moves_clock.join(" OR "),
-        stamps = stamps.join(", "),
-        counts = counts.join(" + "),
-    )
+    RoundText {
+        before_channel: format!(
+            "WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
+             clock AS (UPDATE feed_clock SET published = published + 1 \
+               WHERE clock_id = 0 AND ({moves_clock}) RETURNING published), \
+             {stamps}, \
+             notified AS (SELECT count(pg_notify(",
+            moves_clock = moves_clock.join(" OR "),
+            stamps = stamps.join(", "),
+        ),
+        before_payloads: ", payload)) AS sent FROM unnest(".to_owned(),
+        rest: format!(
+            ") AS payload) SELECT {counts} AS stamped, (SELECT sent FROM notified) AS sent",
+            counts = counts.join(" + "),
+        ),
+    }
 }
 
 /// One serving instance's publication: the queue of its committed writes' wake-ups, and the
