@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use diesel::prelude::*;
 
+use super::distribution::on_citus;
 use super::models::{EntryKind, GroupRow, MemberRow};
-use super::raw_sql::RawSql;
+use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::schema::{group_members, groups};
 
@@ -200,9 +201,9 @@ pub struct LockedMemberships {
 /// transaction holds is not waited for but answered in `busy`. SQLite has one writer and no
 /// row locks: the rows as they are.
 ///
-/// Each group's rows are locked by a query that names the group, so on Citus it runs on the
-/// group's shard (a lock over several shards is refused); several groups' queries go in one
-/// statement, one `WITH` clause each, run in group order. A pair that the locking query does
+/// On Citus each group's rows are locked by a query that names the group, so that it runs
+/// on the group's shard (a lock over several shards is refused); several groups' queries go
+/// in one statement, one `WITH` clause each, run in group order. A pair that the locking query does
 /// not find (a refusal, or a row held when not waiting) is looked up once more, unlocked, to
 /// tell which.
 pub fn lock_memberships(
@@ -243,6 +244,29 @@ pub fn lock_memberships(
         // Kept prepared: the ack of one group, whose text is the same every time.
         [(group_id, users)] => {
             lock_group_members(RawSql::default(), *group_id, users).keep_prepared()
+        }
+        // One node: one query over every pair, its text the same however many (kept
+        // prepared), locking in (group, user) order as it goes.
+        _ if !on_citus(conn) => {
+            let rows: Vec<Vec<Value<'_>>> = by_group
+                .iter()
+                .flat_map(|(group_id, users)| {
+                    users
+                        .iter()
+                        .map(|user_id| vec![Value::Int(*group_id), Value::Text(user_id)])
+                })
+                .collect();
+            RawSql::default()
+                .sql(&format!("SELECT {MEMBERSHIP_COLUMNS} FROM "))
+                .rows("t", &["g", "u"], &rows)
+                .sql(
+                    " JOIN group_members m ON m.group_id = t.g AND m.user_id = t.u \
+                     JOIN groups g ON g.group_id = m.group_id",
+                )
+                .sql(&format!(
+                    " ORDER BY m.group_id, m.user_id FOR NO KEY UPDATE OF m{skip}"
+                ))
+                .keep_prepared()
         }
         _ => {
             let mut query = RawSql::default();

@@ -170,9 +170,15 @@ impl RawSql {
 
     /// Appends "is one of `values`" for the expression before it: on PostgreSQL `= ANY(CAST($n
     /// AS TEXT[]))`, one array bound, so the text is the same however many values there are;
-    /// on SQLite `IN ($1, $2, …)`. `values` must not be empty.
+    /// on SQLite `IN ($1, $2, …)`. One value, the common case, is `= $n` on both: a prepared
+    /// text with an array of unknown length plans each run anew on PostgreSQL, which rates a
+    /// plan fixed for any array as worse than the plan for the one it is given.
+    /// `values` must not be empty.
     pub fn in_texts(mut self, values: &[&str]) -> Self {
         debug_assert!(!values.is_empty(), "an empty IN list");
+        if let [one] = values {
+            return self.sql(" = ").text(one);
+        }
         self.sized_by_rows |= values.len() > 1;
         let values: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
         self.segments.push(Segment::InTexts(Column {
