@@ -95,8 +95,9 @@ impl Entry<'_> {
 /// decided before anything is written, so a refused request leaves nothing written and the
 /// others stand. An ack writes a few rows however many messages it covers, and one that would
 /// not move a cursor writes nothing. Set-based: however many requests and groups, a round
-/// takes the same few statements (the locks, the memberships, the devices' cursors, the
-/// moves, their effects, the counts). A request that names a group more than once acks it
+/// takes the same few statements: the membership rows locked and read; with devices, their
+/// cursors read and moved and their badge rows locked; the moves, their effects and the
+/// counts in one round trip where the engine allows. A request that names a group more than once acks it
 /// once per round, in request order, as if the acks came one after another: the answer to
 /// each says where that ack left the cursors.
 pub fn ack_requests(

@@ -154,12 +154,12 @@ pub fn record_appended(
 /// memberships of `user_ids` in it, by user, for a write that decides from them: on
 /// PostgreSQL each found membership row is locked too, after the group's row and in user
 /// order, so it is read as it is now and stays so until the write is done. One round trip
-/// when any of them is a member; a user without a row is not a member. None
-/// when the group does not exist. SQLite has one writer: the group's lock, then the rows as
-/// they are.
+/// when any of them is a member; a user without a row is not a member. None when the group
+/// does not exist. SQLite has one writer: the group's lock, then the rows as they are.
 ///
 /// Only a writer that takes the group's row may lock this way; one that does not (an ack)
-/// locks members with [`super::access::lock_memberships`], or it could wait in a cycle with a sender.
+/// locks members with [`super::access::lock_memberships`], or it could wait in a cycle
+/// with a sender.
 pub fn lock_group_and_members(
     conn: &mut AnyConnection,
     group_id: i64,
@@ -212,13 +212,9 @@ pub fn lock_group_and_members(
             (locked, found)
         }
     };
-    let found: HashMap<String, LockedRow> = found
-        .into_iter()
-        .map(|row| (row.member.user_id.clone(), row))
-        .collect();
     let members = found
         .into_iter()
-        .map(|(user_id, LockedRow { group, member })| (user_id, Membership { group, member }))
+        .map(|LockedRow { group, member }| (member.user_id.clone(), Membership { group, member }))
         .collect();
     Ok(Some(LockedWithMembers {
         group: locked,

@@ -508,8 +508,8 @@ impl OwnMoves {
 /// had not received is skipped. Of the device cursors only the writing device's moves.
 ///
 /// Decided from `members`, each member's row as the caller read it after taking the group's
-/// row lock and with the row locked itself ([`super::access::lock_members_of`]): no entry can
-/// come between theirs, and no ack or removal can move the row before the write (the
+/// row lock and with the row locked itself ([`super::groups::lock_group_and_members`]): no
+/// entry can come between theirs, and no ack or removal can move the row before the write (the
 /// append's own recalls and deletes change only the count of own entries, which moves by a
 /// difference). Writes nothing: returns the statements, for the caller to run with the rest
 /// of the append.
