@@ -5,13 +5,13 @@ use std::collections::HashMap;
 
 use super::access::{member_of, Checked, LockedRow, Membership, MEMBERSHIP_COLUMNS};
 use super::members::{insert_joined, within_cap};
-use super::models::{now_utc, GroupRow, MemberRow, NewGroup, NewMember, Role};
+use super::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
 use super::raw_sql::RawSql;
 use super::system_lines::{append_system_line, SystemLine};
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::refuse_unless;
-use crate::schema::{group_members, groups};
+use crate::schema::groups;
 use crate::wake::Wakes;
 
 /// Creates a group owned by `owner_id` with the given other members, if they fit under the
@@ -168,10 +168,10 @@ pub fn lock_group_and_members(
     let mut user_ids = user_ids.to_vec();
     user_ids.sort_unstable();
     user_ids.dedup();
-    let found: Vec<LockedRow> = match conn {
-        // The group's row comes first in FROM, so each row of the join locks it before the
-        // member's: the order every writer of the group takes them in.
-        AnyConnection::Postgresql(_) => RawSql::default()
+    // The group's row comes first in FROM, so on PostgreSQL each row of the join locks it
+    // before the member's: the order every writer of the group takes them in.
+    let members_query = |locking: &str| {
+        RawSql::default()
             .sql(&format!(
                 "SELECT {MEMBERSHIP_COLUMNS} FROM groups g JOIN group_members m \
                  ON m.group_id = g.group_id WHERE g.group_id = "
@@ -181,35 +181,27 @@ pub fn lock_group_and_members(
             .int(group_id)
             .sql(" AND m.user_id")
             .in_texts(&user_ids)
-            .sql(" ORDER BY m.user_id FOR NO KEY UPDATE")
+            .sql(&format!(" ORDER BY m.user_id{locking}"))
             .keep_prepared()
-            .load(conn)?,
-        AnyConnection::Sqlite(_) => Vec::new(),
     };
-    let (locked, found) = match found.first() {
-        Some(row) => (LockedGroup::of(&row.group), found),
-        // Nobody to lock with it (or SQLite): the group's row alone, then the members.
-        None => {
+    let (locked, found) = match conn {
+        AnyConnection::Postgresql(_) => {
+            let found: Vec<LockedRow> = members_query(" FOR NO KEY UPDATE").load(conn)?;
+            match found.first() {
+                Some(row) => (LockedGroup::of(&row.group), found),
+                // None of them a member: the group's row alone.
+                None => match lock_group(conn, group_id) {
+                    Err(diesel::result::Error::NotFound) => return Ok(None),
+                    other => (other?, found),
+                },
+            }
+        }
+        AnyConnection::Sqlite(_) => {
             let locked = match lock_group(conn, group_id) {
                 Err(diesel::result::Error::NotFound) => return Ok(None),
                 other => other?,
             };
-            let found = match conn {
-                AnyConnection::Postgresql(_) => Vec::new(),
-                AnyConnection::Sqlite(c) => groups::table
-                    .inner_join(
-                        group_members::table.on(group_members::group_id
-                            .eq(groups::group_id)
-                            .and(group_members::user_id.eq_any(&user_ids))),
-                    )
-                    .filter(groups::group_id.eq(group_id))
-                    .select((GroupRow::as_select(), MemberRow::as_select()))
-                    .load::<(GroupRow, MemberRow)>(c)?
-                    .into_iter()
-                    .map(|(group, member)| LockedRow { group, member })
-                    .collect(),
-            };
-            (locked, found)
+            (locked, members_query("").load(conn)?)
         }
     };
     let members = found

@@ -271,11 +271,12 @@ fn own_entries_by_user<'a>(
 /// The entries among `sends` that their senders already appended to the group, by sender and
 /// `client_msg_id`: one look-up per key in the group's unique index on them.
 ///
-/// Planned anew on every call, never kept prepared: PostgreSQL fixes the plan of a prepared
-/// text after a few calls, and when those come while the table is empty (a new database) the
-/// primary key looks as good as the unique index, so the plan it keeps walks every entry of
-/// the group. (For the same reason the sender index holds messages only: on a table without
-/// statistics it tied with the unique index and walked all of a sender's entries.)
+/// Planned anew on every call on PostgreSQL, never kept prepared there: PostgreSQL fixes the
+/// plan of a prepared text after a few calls, and when those come while the table is empty
+/// (a new database) the primary key looks as good as the unique index, so the plan it keeps
+/// walks every entry of the group. (For the same reason the sender index holds messages
+/// only: on a table without statistics it tied with the unique index and walked all of a
+/// sender's entries.) SQLite plans each run for its values, and keeps the text parsed.
 fn find_sent(
     conn: &mut AnyConnection,
     group_id: GroupId,
@@ -293,7 +294,8 @@ fn find_sent(
             .sql(" AND m.sender_id = ")
             .text(&one.sender_id)
             .sql(" AND m.client_msg_id = ")
-            .text(&one.client_msg_id),
+            .text(&one.client_msg_id)
+            .keep_prepared_on_sqlite(),
         several => {
             let keys: Vec<Vec<Value<'_>>> = several
                 .iter()

@@ -68,19 +68,29 @@ struct Pending {
 pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
     // Three probes of small partial indexes: most rounds on an idle system stop here and
     // take no lock.
-    let pending: Vec<Pending> = diesel::sql_query(
-        "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
+    // Kept prepared, as every statement here: a round follows most commits.
+    let pending: Vec<Pending> = RawSql::default()
+        .sql(
+            "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
               OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
               OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL)) AS pending",
-    )
-    .load(conn)?;
+        )
+        .keep_prepared()
+        .load(conn)?;
     if !pending.first().is_some_and(|p| p.pending) {
         return Ok(false);
     }
     let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
-    diesel::sql_query(MOVE_CLOCK).execute(conn)?;
+    RawSql::default()
+        .sql(MOVE_CLOCK)
+        .keep_prepared()
+        .execute(conn)?;
     for table in FEEDS {
-        diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
+        RawSql::default()
+            .sql(&format!(
+                "UPDATE {table} SET pos = {next} WHERE pos IS NULL"
+            ))
+            .keep_prepared()
             .execute(conn)?;
     }
     Ok(true)

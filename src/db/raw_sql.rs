@@ -47,6 +47,8 @@ enum Segment {
 struct Rows {
     alias: String,
     columns: Vec<Column>,
+    /// The rows as one JSON array of arrays, bound as one text on SQLite.
+    json: String,
 }
 
 struct Column {
@@ -59,15 +61,6 @@ struct Column {
 enum ColumnValues {
     Ints(Vec<i64>),
     Texts(Vec<String>),
-}
-
-impl ColumnValues {
-    fn len(&self) -> usize {
-        match self {
-            ColumnValues::Ints(v) => v.len(),
-            ColumnValues::Texts(v) => v.len(),
-        }
-    }
 }
 
 /// `{1,2,3}`.
@@ -89,10 +82,11 @@ fn text_array(values: &[String]) -> String {
 pub struct RawSql {
     segments: Vec<Segment>,
     keep_prepared: bool,
+    keep_prepared_on_sqlite: bool,
     /// Holds a list of more than one value whose text varies with the list's length on
     /// every engine.
     sized_by_a_list: bool,
-    /// Holds a table of more than one row: its text varies with the row count on SQLite.
+    /// Holds an `IN` list of more than one text: its text varies with the count on SQLite.
     sized_by_rows: bool,
 }
 
@@ -110,11 +104,20 @@ impl RawSql {
 
     /// Keeps the statement prepared on each connection, unless its text varies with the
     /// length of a list ([`RawSql::int_list`] of more than one value; on SQLite also
-    /// [`RawSql::rows`] of more than one row): each length would be a text of its own, kept
+    /// [`RawSql::in_texts`] of more than one): each length would be a text of its own, kept
     /// for the connection's lifetime. For a statement whose text is otherwise the same on
     /// every call (its values all bound).
     pub fn keep_prepared(mut self) -> Self {
         self.keep_prepared = true;
+        self
+    }
+
+    /// [`RawSql::keep_prepared`] on SQLite alone, for a statement that PostgreSQL must plan
+    /// for the values of each run (a plan it would keep, made for any values, may be a poor
+    /// one). SQLite plans a statement for its values every time it runs it: keeping it
+    /// prepared spares only the parsing.
+    pub fn keep_prepared_on_sqlite(mut self) -> Self {
+        self.keep_prepared_on_sqlite = true;
         self
     }
 
@@ -226,13 +229,11 @@ impl RawSql {
     /// Appends a table of rows named `alias` with the given `columns`, for a join in `FROM`.
     /// On PostgreSQL it is `unnest($1::BIGINT[], $2::TEXT[]) AS alias(a, b)`, one array
     /// bound per column, so the text is the same however many rows there are and the
-    /// statement stays prepared. On SQLite, which has no arrays, it is `(SELECT column1 AS
-    /// a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`, each value bound (both
-    /// engines name a VALUES list's columns `column1`, `column2`, …). Every row has one value
-    /// per column, of the same kind in every row, and there is at least one row.
+    /// statement stays prepared. On SQLite, which has no arrays, the rows are one JSON text
+    /// read by `json_each`, for the same reason. Every row has one value per column, of the
+    /// same kind in every row, and there is at least one row.
     pub fn rows(mut self, alias: &str, columns: &[&str], rows: &[Vec<Value<'_>>]) -> Self {
-        debug_assert!(!rows.is_empty(), "an empty VALUES list");
-        self.sized_by_rows |= rows.len() > 1;
+        debug_assert!(!rows.is_empty(), "an empty table of rows");
         debug_assert!(
             rows.iter().all(|r| r.len() == columns.len()),
             "one value per column"
@@ -271,9 +272,25 @@ impl RawSql {
                 }
             })
             .collect();
+        let json = serde_json::Value::Array(
+            rows.iter()
+                .map(|row| {
+                    serde_json::Value::Array(
+                        row.iter()
+                            .map(|value| match value {
+                                Value::Int(v) => serde_json::Value::from(*v),
+                                Value::Text(v) => serde_json::Value::from(*v),
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        )
+        .to_string();
         self.segments.push(Segment::Rows(Rows {
             alias: alias.to_owned(),
             columns,
+            json,
         }));
         self
     }
@@ -336,6 +353,7 @@ impl RawSql {
         }
         let mut combined = RawSql {
             keep_prepared: self.keep_prepared && writes.iter().all(|w| w.keep_prepared),
+            keep_prepared_on_sqlite: false,
             sized_by_a_list: self.sized_by_a_list || writes.iter().any(|w| w.sized_by_a_list),
             sized_by_rows: self.sized_by_rows || writes.iter().any(|w| w.sized_by_rows),
             ..RawSql::default()
@@ -374,7 +392,7 @@ impl RawSql {
         let mut binds = 0;
         self.render(postgres, |piece| match piece {
             Piece::Sql(sql) => text.push_str(&sql),
-            Piece::Bind(_) | Piece::Int(_) | Piece::Text(_) => {
+            Piece::Bind(_) | Piece::Text(_) => {
                 binds += 1;
                 text.push_str(&format!("${binds}"));
             }
@@ -389,7 +407,7 @@ impl RawSql {
                 Segment::Text(text) => emit(Piece::Sql(Cow::Borrowed(text))),
                 Segment::Bind(bind) => emit(Piece::Bind(bind)),
                 Segment::Rows(rows) if postgres => rows.render_unnest(&mut emit),
-                Segment::Rows(rows) => rows.render_values(&mut emit),
+                Segment::Rows(rows) => rows.render_json(&mut emit),
                 Segment::InTexts(list) if postgres => {
                     emit(Piece::Sql(" = ANY(CAST(".into()));
                     emit(Piece::Text(&list.array_literal));
@@ -416,7 +434,6 @@ impl RawSql {
 enum Piece<'a> {
     Sql(Cow<'a, str>),
     Bind(&'a Bind),
-    Int(&'a i64),
     Text(&'a String),
 }
 
@@ -441,32 +458,21 @@ impl Rows {
         ));
     }
 
-    /// `(SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), ...) AS v) AS alias`.
-    fn render_values<'a>(&'a self, emit: &mut impl FnMut(Piece<'a>)) {
+    /// `(SELECT json_extract(value, '$[0]') AS a, json_extract(value, '$[1]') AS b FROM
+    /// json_each($1)) AS alias`: the rows bound as one JSON text, so that the statement's text
+    /// is the same however many rows there are and it stays prepared.
+    fn render_json<'a>(&'a self, emit: &mut impl FnMut(Piece<'a>)) {
         let names: Vec<String> = self
             .columns
             .iter()
             .enumerate()
-            .map(|(j, c)| format!("column{} AS {}", j + 1, c.name))
+            .map(|(j, c)| format!("json_extract(value, '$[{j}]') AS {}", c.name))
             .collect();
         emit(Piece::Sql(
-            format!("(SELECT {} FROM (VALUES ", names.join(", ")).into(),
+            format!("(SELECT {} FROM json_each(", names.join(", ")).into(),
         ));
-        let count = self.columns.first().map_or(0, |c| c.values.len());
-        for i in 0..count {
-            emit(Piece::Sql(if i > 0 { ", (" } else { "(" }.into()));
-            for (j, column) in self.columns.iter().enumerate() {
-                if j > 0 {
-                    emit(Piece::Sql(", ".into()));
-                }
-                match &column.values {
-                    ColumnValues::Ints(v) => emit(Piece::Int(&v[i])),
-                    ColumnValues::Texts(v) => emit(Piece::Text(&v[i])),
-                }
-            }
-            emit(Piece::Sql(")".into()));
-        }
-        emit(Piece::Sql(format!(") AS v) AS {}", self.alias).into()));
+        emit(Piece::Text(&self.json));
+        emit(Piece::Sql(format!(")) AS {}", self.alias).into()));
     }
 }
 
@@ -474,7 +480,8 @@ impl QueryFragment<MultiBackend> for RawSql {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, MultiBackend>) -> QueryResult<()> {
         let postgres = matches!(out.backend(), MultiBackend::Postgresql(_));
         let sized = self.sized_by_a_list || (self.sized_by_rows && !postgres);
-        if !self.keep_prepared || sized {
+        let kept = self.keep_prepared || (self.keep_prepared_on_sqlite && !postgres);
+        if !kept || sized {
             out.unsafe_to_cache_prepared();
         }
         let mut result = Ok(());
@@ -488,7 +495,7 @@ impl QueryFragment<MultiBackend> for RawSql {
                     Ok(())
                 }
                 Piece::Bind(Bind::Text(v)) | Piece::Text(v) => out.push_bind_param::<Text, _>(v),
-                Piece::Bind(Bind::BigInt(v)) | Piece::Int(v) => out.push_bind_param::<BigInt, _>(v),
+                Piece::Bind(Bind::BigInt(v)) => out.push_bind_param::<BigInt, _>(v),
                 Piece::Bind(Bind::Timestamp(v)) => out.push_bind_param::<Timestamp, _>(v),
                 Piece::Bind(Bind::Bool(v)) => out.push_bind_param::<Bool, _>(v),
                 Piece::Bind(Bind::MaybeText(v)) => out.push_bind_param::<Nullable<Text>, _>(v),
@@ -530,7 +537,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_are_a_values_list_on_sqlite_and_one_array_per_column_on_postgres() {
+    fn rows_are_one_json_text_on_sqlite_and_one_array_per_column_on_postgres() {
         let q = RawSql::default()
             .sql("SELECT t.a FROM ")
             .int_rows("t", &["a", "b"], &[vec![1, 2], vec![3, 4]])
@@ -539,10 +546,10 @@ mod tests {
         assert_eq!(
             q.rendered(false),
             (
-                "SELECT t.a FROM (SELECT column1 AS a, column2 AS b FROM (VALUES ($1, $2), \
-                 ($3, $4)) AS v) AS t WHERE t.a IN ($5, $6)"
+                "SELECT t.a FROM (SELECT json_extract(value, '$[0]') AS a, \
+                 json_extract(value, '$[1]') AS b FROM json_each($1)) AS t WHERE t.a IN ($2, $3)"
                     .to_owned(),
-                6
+                3
             )
         );
         assert_eq!(
@@ -585,6 +592,6 @@ mod tests {
                 .int_rows("t", &["a"], &[vec![1], vec![2]]);
         assert!(!one.sized_by_a_list);
         assert!(two.sized_by_a_list);
-        assert!(rows.sized_by_rows && !rows.sized_by_a_list);
+        assert!(!rows.sized_by_rows && !rows.sized_by_a_list);
     }
 }
