@@ -68,29 +68,19 @@ struct Pending {
 pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
     // Three probes of small partial indexes: most rounds on an idle system stop here and
     // take no lock.
-    // Kept prepared, as every statement here: a round follows most commits.
-    let pending: Vec<Pending> = RawSql::default()
-        .sql(
-            "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
+    let pending: Vec<Pending> = diesel::sql_query(
+        "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
               OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
               OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL)) AS pending",
-        )
-        .keep_prepared()
-        .load(conn)?;
+    )
+    .load(conn)?;
     if !pending.first().is_some_and(|p| p.pending) {
         return Ok(false);
     }
     let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
-    RawSql::default()
-        .sql(MOVE_CLOCK)
-        .keep_prepared()
-        .execute(conn)?;
+    diesel::sql_query(MOVE_CLOCK).execute(conn)?;
     for table in FEEDS {
-        RawSql::default()
-            .sql(&format!(
-                "UPDATE {table} SET pos = {next} WHERE pos IS NULL"
-            ))
-            .keep_prepared()
+        diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
             .execute(conn)?;
     }
     Ok(true)
@@ -206,24 +196,19 @@ struct Stamped {
     stamped: i64,
 }
 
-/// Runs a round's statement on PostgreSQL; the number of rows it stamped. Its text is the
-/// same every time, and kept prepared: a round follows most writes.
+/// Runs a round's statement on PostgreSQL; the number of rows it stamped.
 fn run_round(conn: &mut AnyConnection, payloads: Vec<String>) -> QueryResult<i64> {
-    if !matches!(conn, AnyConnection::Postgresql(_)) {
-        return Ok(0);
-    }
     let text = match on_citus(conn) {
-        true => &*PUBLISH_AND_CLOSE_ROUND,
-        false => &*PUBLISH_ROUND,
+        true => PUBLISH_AND_CLOSE_ROUND.as_str(),
+        false => PUBLISH_ROUND.as_str(),
     };
-    let rows: Vec<Stamped> = RawSql::default()
-        .sql(&text.before_channel)
-        .text(CHANNEL)
-        .sql(&text.before_payloads)
-        .pg_texts(&payloads)
-        .sql(&text.rest)
-        .keep_prepared()
-        .load(conn)?;
+    let AnyConnection::Postgresql(c) = conn else {
+        return Ok(0);
+    };
+    let rows: Vec<Stamped> = diesel::sql_query(text)
+        .bind::<Text, _>(CHANNEL)
+        .bind::<Array<Text>, _>(payloads)
+        .load(c)?;
     Ok(rows.first().map_or(0, |r| r.stamped))
 }
 
@@ -241,26 +226,19 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 
 /// PostgreSQL's round (see [`publish_round`]) on one node: the clock moves when a feed row
 /// waits for a position. Readers on one node trust every position up to the clock.
-static PUBLISH_ROUND: LazyLock<RoundText> = LazyLock::new(|| round_text(false));
+static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
 
 /// The round on Citus, where a reader trusts only the positions below the clock it sees (see
 /// [`super::changes::current_watermark`]): the clock also moves when the last publication
 /// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
 /// publication at once; this catches one left open by an instance that stopped in between.
-static PUBLISH_AND_CLOSE_ROUND: LazyLock<RoundText> = LazyLock::new(|| round_text(true));
-
-/// A round's text around its two values: the notification channel and the payloads.
-struct RoundText {
-    before_channel: String,
-    before_payloads: String,
-    rest: String,
-}
+static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));
 
 /// The text of a round. `sent` is selected only so that the `notified` clause runs
 /// (PostgreSQL skips a read-only clause nothing refers to). The clock's earlier value is read
 /// in a CTE of its own: Citus refuses a subquery over a distributed table that refers to the
 /// reference table's row being updated.
-fn round_text(closes_last: bool) -> RoundText {
+fn round_text(closes_last: bool) -> String {
     let mut moves_clock: Vec<String> = FEEDS
         .iter()
         .map(|feed| format!("EXISTS (SELECT 1 FROM {feed} WHERE pos IS NULL)"))
@@ -283,22 +261,18 @@ fn round_text(closes_last: bool) -> RoundText {
     let counts: Vec<String> = (0..FEEDS.len())
         .map(|k| format!("(SELECT count(*) FROM stamped_{k})"))
         .collect();
-    RoundText {
-        before_channel: format!(
-            "WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
-             clock AS (UPDATE feed_clock SET published = published + 1 \
-               WHERE clock_id = 0 AND ({moves_clock}) RETURNING published), \
-             {stamps}, \
-             notified AS (SELECT count(pg_notify(",
-            moves_clock = moves_clock.join(" OR "),
-            stamps = stamps.join(", "),
-        ),
-        before_payloads: ", payload)) AS sent FROM unnest(".to_owned(),
-        rest: format!(
-            ") AS payload) SELECT {counts} AS stamped, (SELECT sent FROM notified) AS sent",
-            counts = counts.join(" + "),
-        ),
-    }
+    format!(
+        "WITH prev AS (SELECT published FROM feed_clock WHERE clock_id = 0), \
+         clock AS (UPDATE feed_clock SET published = published + 1 \
+           WHERE clock_id = 0 AND ({moves_clock}) RETURNING published), \
+         {stamps}, \
+         notified AS (SELECT count(pg_notify($1, payload)) AS sent \
+           FROM unnest($2::text[]) AS payload) \
+         SELECT {counts} AS stamped, (SELECT sent FROM notified) AS sent",
+        moves_clock = moves_clock.join(" OR "),
+        stamps = stamps.join(", "),
+        counts = counts.join(" + "),
+    )
 }
 
 /// One serving instance's publication: the queue of its committed writes' wake-ups, and the

@@ -192,14 +192,6 @@ impl RawSql {
         self
     }
 
-    /// Appends an array of texts, `CAST($n AS TEXT[])`, bound as one value whatever its
-    /// length, so the text stays the same. PostgreSQL only: SQLite has no arrays.
-    pub fn pg_texts(self, values: &[String]) -> Self {
-        self.sql("CAST(")
-            .text(&text_array(values))
-            .sql(" AS TEXT[])")
-    }
-
     /// Appends `(v1, v2, ...)`, a list for `IN`, binding each value. `values` must not be
     /// empty (`IN ()` is an error on PostgreSQL).
     pub fn int_list(mut self, values: &[i64]) -> Self {
