@@ -64,6 +64,24 @@ impl Engine {
     }
 }
 
+/// `url` with libpq's `connect_timeout` set to `timeout` (whole seconds, at least libpq's
+/// least of 2), unless the URL or `PGCONNECT_TIMEOUT` already says. Without it an attempt
+/// that never hears back (the server stopping or starting as it was made) waits forever,
+/// and the pool stays a connection short for good: calls then queue for the ones left.
+fn with_connect_timeout(url: &str, timeout: Duration) -> String {
+    if url.contains("connect_timeout=") || std::env::var_os("PGCONNECT_TIMEOUT").is_some() {
+        return url.to_owned();
+    }
+    let secs = timeout.as_secs_f64().ceil().max(2.0) as u64;
+    let is_uri = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    match (is_uri, url.contains('?')) {
+        (true, true) => format!("{url}&connect_timeout={secs}"),
+        (true, false) => format!("{url}?connect_timeout={secs}"),
+        // The `key=value` form.
+        (false, _) => format!("{url} connect_timeout={secs}"),
+    }
+}
+
 pub struct ConnectionManager {
     url: String,
     engine: Engine,
@@ -71,6 +89,8 @@ pub struct ConnectionManager {
     sqlite_max_bytes: Option<u64>,
     sqlite_cache_kib: u64,
     statement_timeout_ms: u64,
+    /// PostgreSQL: how long opening a connection may take (libpq's `connect_timeout`).
+    connect_timeout: Duration,
 }
 
 impl ConnectionManager {
@@ -82,6 +102,7 @@ impl ConnectionManager {
             sqlite_max_bytes: settings.sqlite_max_bytes,
             sqlite_cache_kib: settings.sqlite_cache_kib,
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
+            connect_timeout: settings.pool_timeout,
         }
     }
 
@@ -89,7 +110,8 @@ impl ConnectionManager {
     fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
             Engine::Postgres => {
-                let mut conn = diesel::PgConnection::establish(&self.url)?;
+                let url = with_connect_timeout(&self.url, self.connect_timeout);
+                let mut conn = diesel::PgConnection::establish(&url)?;
                 // Bounds every statement, so a stuck query cannot hold a request (and its
                 // pooled connection) for long; it then answers 503.
                 conn.batch_execute(&format!(
@@ -267,5 +289,32 @@ mod tests {
     fn the_bundled_sqlite_keeps_one_plan_per_statement() {
         let mut conn = diesel::SqliteConnection::establish(":memory:").expect("in-memory SQLite");
         assert_eq!(sqlite_plans_are_stable(&mut conn), Ok(true));
+    }
+
+    #[test]
+    fn opening_a_postgresql_connection_gives_up_after_the_pool_timeout() {
+        let three = Duration::from_millis(2500);
+        if std::env::var_os("PGCONNECT_TIMEOUT").is_some() {
+            return;
+        }
+        assert_eq!(
+            with_connect_timeout("postgres://u@h/db", three),
+            "postgres://u@h/db?connect_timeout=3"
+        );
+        assert_eq!(
+            with_connect_timeout("postgresql://u@h/db?sslmode=disable", three),
+            "postgresql://u@h/db?sslmode=disable&connect_timeout=3"
+        );
+        assert_eq!(
+            with_connect_timeout("host=h dbname=db", Duration::from_millis(100)),
+            "host=h dbname=db connect_timeout=2",
+            "libpq's least is 2 s"
+        );
+        let chosen = "postgres://u@h/db?connect_timeout=30";
+        assert_eq!(
+            with_connect_timeout(chosen, three),
+            chosen,
+            "the user's own"
+        );
     }
 }

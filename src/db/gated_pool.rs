@@ -11,7 +11,9 @@
 //! restarted, say) or reached its lifetime, and until it has, a call waits in the pool's own
 //! wait, which does not queue (a thread it wakes for a connection given back can lose it to
 //! one that just arrived). So it must not be where calls line up; only the calls that hold
-//! permits in those moments wait there. Everything that uses the pool goes through the gate,
+//! permits in those moments wait there, each for the pool's `connection_timeout` at most
+//! from when it got its permit: however busy the pool, a call that keeps losing there
+//! answers unavailable rather than waiting on for as long as the others keep winning. Everything that uses the pool goes through the gate,
 //! the announcer too. Twice as many permits, with the calls past the pool's size waiting in
 //! the pool, served one call nineteen places late in a test, and in a PostgreSQL receipt
 //! storm a second queue behind the gate cost more at p99 than the thread hop it saved.
@@ -24,7 +26,10 @@
 //! drains in order instead of failing the calls at its tail, and a call whose client gives up
 //! at the gate leaves the queue with its request (one already on a thread runs to its end).
 //! A pool that can open no new connection while the ones it has keep working is busy by this
-//! rule: the calls waiting for the missing ones wait on, until their clients give up.
+//! rule at the gate, but each call that gets past the gate and finds no connection gives up
+//! after the timeout (see above): the pool runs short and some calls answer unavailable,
+//! none waits for good. Opening a connection is itself bounded (libpq's `connect_timeout`),
+//! so a missing connection is tried again rather than waited for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -112,7 +117,8 @@ impl GatedPool {
 
     /// Runs `f` on a blocking thread with a connection of the pool, once one is free. Waits
     /// in arrival order while the pool makes progress; fails as unavailable once it has made
-    /// none for the pool's `connection_timeout`, in the queue or in the pool's own wait.
+    /// none for the pool's `connection_timeout` in the queue, or once the call has waited
+    /// that long in the pool's own wait.
     pub async fn run<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection) -> QueryResult<T> + Send + 'static,
@@ -125,17 +131,11 @@ impl GatedPool {
         let (pool, progress) = (self.pool.clone(), self.progress.clone());
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let mut conn = loop {
-                let give_up_at = progress.give_up_at(since, limit);
-                let left = give_up_at.saturating_duration_since(Instant::now());
-                match pool.get_timeout(left) {
-                    Ok(conn) => break conn,
-                    // A connection being opened or replaced. Busy, not stuck, while progress
-                    // moves the deadline; the error is then the pool's own.
-                    Err(_) if progress.give_up_at(since, limit) > give_up_at => {}
-                    Err(e) => return Err(DbError::from(e)),
-                }
-            };
+            // The pool's own wait is not in arrival order: others' progress says nothing of
+            // this call's turn there (a woken waiter loses the connection given back to a
+            // call that just arrived, again and again on a loaded machine), so it is bounded
+            // from the moment the call got its permit, whatever the others do.
+            let mut conn = pool.get_timeout(limit)?;
             drop(waiting);
             progress.tick();
             let outcome = f(&mut conn);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 
@@ -33,6 +33,9 @@ pub struct RequestLog {
     kinds: Mutex<BTreeMap<&'static str, KindTally>>,
     /// The first few requests past their bound, for the failure message.
     over: Mutex<Vec<String>>,
+    /// When the log was made: an over-bound request says when it began, to be read beside
+    /// the run's timeline of faults.
+    origin: Instant,
 }
 
 impl RequestLog {
@@ -42,6 +45,7 @@ impl RequestLog {
             poll_slack,
             kinds: Mutex::new(BTreeMap::new()),
             over: Mutex::new(Vec::new()),
+            origin: Instant::now(),
         }
     }
 
@@ -66,8 +70,10 @@ impl RequestLog {
             tally.over_bound += 1;
             let mut over = self.over.lock().expect("request log lock");
             if over.len() < 10 {
+                let began = self.origin.elapsed().saturating_sub(took).as_secs_f64();
                 over.push(format!(
-                    "{method} {path} took {took:?}, bound {bound:?}: {reply:?}"
+                    "{method} {path} began at {began:.1} s, took {took:?}, bound {bound:?}: \
+                     {reply:?}"
                 ));
             }
         }

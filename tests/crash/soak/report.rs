@@ -219,7 +219,11 @@ pub fn assert_promises_kept(
     );
     assert_eq!(t.acknowledged, t.first_try + t.retried_200 + t.retried_201);
     let over = log.over_bound();
-    assert!(over.is_empty(), "requests past their bound: {over:#?}");
+    assert!(
+        over.is_empty(),
+        "requests past their bound: {over:#?}\nthe servers' warnings and errors:\n{}",
+        warnings_and_errors(server_logs)
+    );
     assert!(facts.faults.kills >= 1, "the run killed nothing");
     let database_restarts = usize::from(facts.plan.database_restart_at.is_some());
     assert_eq!(facts.faults.database_restarts, database_restarts);
@@ -235,6 +239,15 @@ pub fn assert_promises_kept(
             );
         }
     }
+}
+
+/// The servers' WARN and ERROR lines, the last 80 of them: what a slow request may have met.
+fn warnings_and_errors(server_logs: &str) -> String {
+    let lines: Vec<&str> = server_logs
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
 }
 
 fn first<T: std::fmt::Debug>(items: &[T]) -> Vec<&T> {

@@ -114,6 +114,7 @@ pub async fn soak(engine: Engine) {
     let instances = if engine == Engine::Postgres { 3 } else { 1 };
     let started = Instant::now();
     let mut fleet = Fleet::start(dir.path().to_path_buf(), &url, &client, instances).await;
+    println!("instances at {:?}", fleet.bases());
     let ordinary_bound = Duration::from_millis(POOL_TIMEOUT_MS) + super::ORDINARY_SLACK;
     let log = Arc::new(RequestLog::new(ordinary_bound, super::POLL_SLACK));
     let api = ApiClient::round_robin(client.clone(), fleet.bases()).timed(log.clone());
