@@ -71,7 +71,9 @@ impl Application {
             max_group_members: settings.max_group_members,
         });
         let server = build_server(listener, state, settings)?;
-        tracing::info!(address = %settings.bind, port, "listening");
+        let base = local_base_url(&settings.bind, port);
+        tracing::info!(address = %settings.bind, port, web_client = %format!("{base}/"),
+            docs = %format!("{base}/docs"), spec = %format!("{base}/openapi.yaml"), "listening");
         Ok(Application {
             port,
             server,
@@ -247,4 +249,32 @@ fn build_server(
         server = server.workers(settings.workers);
     }
     Ok(server.run())
+}
+
+/// Where a browser on this machine reaches a server bound to `bind` on `port`: an address
+/// that means every interface is reached at the loopback one.
+fn local_base_url(bind: &str, port: u16) -> String {
+    let host = bind.rsplit_once(':').map_or(bind, |(host, _)| host);
+    let host = match host {
+        "" | "0.0.0.0" => "127.0.0.1",
+        "[::]" => "[::1]",
+        named => named,
+    };
+    format!("http://{host}:{port}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_base_url;
+
+    #[test]
+    fn a_server_on_every_interface_is_reached_at_the_loopback_address() {
+        assert_eq!(
+            local_base_url("0.0.0.0:8080", 8080),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(local_base_url("[::]:0", 4100), "http://[::1]:4100");
+        assert_eq!(local_base_url("127.0.0.1:0", 4100), "http://127.0.0.1:4100");
+        assert_eq!(local_base_url("chat.local:80", 80), "http://chat.local:80");
+    }
 }

@@ -241,6 +241,18 @@ function formatTime(iso) {
   return (d.toDateString() === new Date().toDateString() ? timeFmt : dayTimeFmt).format(d);
 }
 
+// A chat's time in the chat list: the time of day for today, the date before (with the year
+// when it is not this one).
+const chatDayFmt = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
+const chatDateFmt = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric' });
+function formatChatTime(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const now = new Date();
+  if (d.toDateString() === now.toDateString()) return timeFmt.format(d);
+  return (d.getFullYear() === now.getFullYear() ? chatDayFmt : chatDateFmt).format(d);
+}
+
 function setLoop(name, state) {
   loops[name] = state;
   const s = $('status');
@@ -512,7 +524,14 @@ function renderGroups() {
       type: 'button', className: 'group' + (isOpen ? ' active' : ''), testid: 'group',
       title: `Group #${g.group_id}`,
     }, el('span', { className: 'text' },
-      el('span', { className: 'name', testid: 'group-name', text: g.name }), renderPreview(g)),
+      el('span', { className: 'top' },
+        el('span', { className: 'name', testid: 'group-name', text: g.name }),
+        el('time', {
+          className: 'chat-time', testid: 'group-time', dateTime: g.last_activity_at || '',
+          title: g.last_activity_at ? formatTime(g.last_activity_at) : '',
+          text: g.last_activity_at ? formatChatTime(g.last_activity_at) : '',
+        })),
+      renderPreview(g)),
     ...renderBadges(g, isOpen));
     button.dataset.groupId = g.group_id;
     button.addEventListener('click', () => showGroup(g.group_id));

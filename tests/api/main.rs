@@ -37,6 +37,7 @@ mod receipts;
 mod send_guarantees;
 mod spec_drift;
 mod startup_errors;
+mod startup_log;
 mod storage_full;
 mod system_lines;
 mod unparsable_requests;

@@ -56,6 +56,8 @@ test('receipts, replies and the chat list show up live in the other browser', { 
     assert.equal(await group.getByTestId('group-name').textContent(), GROUP_NAME);
     assert.equal(await group.getByTestId('unread-badge').textContent(), '1');
     assert.equal(await group.getByTestId('group-preview').textContent(), `alice: ${HELLO}`);
+    // Sent moments ago: the chat shows the time of day (hh:mm in the browser's locale).
+    assert.match(await group.getByTestId('group-time').textContent(), /^\d{1,2}:\d{2}/);
     assert.equal(await totalUnread(bob), '1');
     await group.click();
     const hello = bob.locator('[data-testid="message"][data-sender="alice"]');
