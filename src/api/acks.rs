@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::json_body::JsonBody;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::access::Refusal;
@@ -12,17 +13,20 @@ use crate::db::cursors::{AckRequest, AcksOf, CursorState};
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AckBody {
     last_ack_msg_id: i64,
     last_read_msg_id: Option<i64>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AckManyBody {
     acks: Vec<AckManyItem>,
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AckManyItem {
     group_id: i64,
     last_ack_msg_id: i64,
@@ -49,7 +53,7 @@ pub async fn ack_group(
     user: AuthUser,
     state: web::Data<AppState>,
     path: web::Path<(i64,)>,
-    body: web::Json<AckBody>,
+    body: JsonBody<AckBody>,
 ) -> Result<HttpResponse, ApiError> {
     let request = ack_request("", path.0, body.last_ack_msg_id, body.last_read_msg_id)?;
     let mut states = apply(&state, &user, vec![request], false).await?;
@@ -63,7 +67,7 @@ pub async fn ack_group(
 pub async fn ack_many(
     user: AuthUser,
     state: web::Data<AppState>,
-    body: web::Json<AckManyBody>,
+    body: JsonBody<AckManyBody>,
 ) -> Result<HttpResponse, ApiError> {
     if body.acks.is_empty() || body.acks.len() > MAX_ACKS_PER_REQUEST {
         return Err(ApiError::Validation(format!(

@@ -5,12 +5,14 @@ use actix_web::{web, HttpResponse};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
+use super::json_body::JsonBody;
 use super::AppState;
 use crate::domain::{DeviceId, UserId};
 
 const DEV_TOKEN_TTL_SECS: i64 = 24 * 3600;
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DevTokenBody {
     user_id: String,
     device_id: Option<String>,
@@ -28,7 +30,7 @@ struct DevToken {
 /// A token for any user, so the reference client can pick a user without a login system.
 pub async fn issue_dev_token(
     state: web::Data<AppState>,
-    body: web::Json<DevTokenBody>,
+    body: JsonBody<DevTokenBody>,
 ) -> Result<HttpResponse, ApiError> {
     if !state.keys.development {
         return Err(ApiError::NotFound(

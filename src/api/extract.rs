@@ -276,12 +276,19 @@ pub async fn route_not_found(req: HttpRequest) -> Result<actix_web::HttpResponse
     )))
 }
 
-pub async fn method_not_allowed(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed(format!(
-        "{} is not allowed on {}",
+/// The JSON 405 of a path whose methods are `allow` (as the `Allow` header spells them).
+pub fn method_not_allowed(req: HttpRequest, allow: &str) -> actix_web::HttpResponse {
+    use actix_web::ResponseError;
+    let error = ApiError::MethodNotAllowed(format!(
+        "{} is not allowed on {}; allowed: {allow}",
         req.method(),
         req.path()
-    )))
+    ));
+    let mut response = error.error_response();
+    if let Ok(value) = header::HeaderValue::from_str(allow) {
+        response.headers_mut().insert(header::ALLOW, value);
+    }
+    response
 }
 
 #[cfg(test)]

@@ -5,12 +5,14 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::json_body::JsonBody;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
 use crate::db::{groups, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId};
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CreateGroupBody {
     name: String,
     #[serde(default)]
@@ -21,7 +23,7 @@ pub struct CreateGroupBody {
 pub async fn create_group(
     user: AuthUser,
     state: web::Data<AppState>,
-    body: web::Json<CreateGroupBody>,
+    body: JsonBody<CreateGroupBody>,
 ) -> Result<HttpResponse, ApiError> {
     let name = parse_group_name(&body.name)?;
     let member_ids = parse_user_ids("member_ids", &body.member_ids)?;
@@ -48,6 +50,7 @@ pub async fn get_group(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RenameGroupBody {
     name: String,
 }
@@ -58,7 +61,7 @@ pub async fn rename_group(
     user: AuthUser,
     state: web::Data<AppState>,
     path: web::Path<(i64,)>,
-    body: web::Json<RenameGroupBody>,
+    body: JsonBody<RenameGroupBody>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let name = parse_group_name(&body.name)?;
@@ -108,6 +111,7 @@ pub async fn list_members(
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AddMembersBody {
     user_ids: Vec<String>,
 }
@@ -117,7 +121,7 @@ pub async fn add_members(
     user: AuthUser,
     state: web::Data<AppState>,
     path: web::Path<(i64,)>,
-    body: web::Json<AddMembersBody>,
+    body: JsonBody<AddMembersBody>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let user_ids = parse_user_ids("user_ids", &body.user_ids)?;

@@ -13,6 +13,7 @@ use crate::domain::MsgId;
 use crate::domain::{parse_client_msg_id, parse_content, parse_ext, parse_mentions, parse_msg_id};
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SendMessageBody {
     client_msg_id: String,
     kind: Option<String>,

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::json_body::JsonBody;
 use super::message_body::SendMessageBody;
 use super::views::{MessageView, MessagesPage};
 use super::{read_as_member, AppState};
@@ -26,7 +27,7 @@ pub async fn send_message(
     user: AuthUser,
     state: web::Data<AppState>,
     path: web::Path<(i64,)>,
-    body: web::Json<SendMessageBody>,
+    body: JsonBody<SendMessageBody>,
 ) -> Result<HttpResponse, ApiError> {
     let group_id = path.0;
     let (client_msg_id, entry) = body.parse()?;

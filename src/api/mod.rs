@@ -10,6 +10,7 @@ pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod groups;
+pub mod json_body;
 pub mod longpoll;
 pub mod me;
 pub mod message_body;

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::json_body::JsonBody;
 use super::views::PushTargetResponse;
 use super::AppState;
 use crate::db::push_targets::{register_push_target, remove_push_target, Caller};
@@ -15,6 +16,7 @@ use crate::domain::{DeviceId, PushPlatform, PushToken};
 /// Fields are read as any JSON value and checked here, so a missing field or one of the wrong
 /// type is answered with the field's name (serde's own message names only the type).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PushTargetBody {
     #[serde(default)]
     platform: Value,
@@ -34,7 +36,7 @@ pub async fn put_push_target(
     user: AuthUser,
     state: web::Data<AppState>,
     path: web::Path<(String,)>,
-    body: web::Json<PushTargetBody>,
+    body: JsonBody<PushTargetBody>,
 ) -> Result<HttpResponse, ApiError> {
     let device = DeviceId::parse("device_id", &path.0)?;
     let platform = PushPlatform::parse(string_field("platform", &body.platform)?)?;

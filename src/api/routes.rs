@@ -86,9 +86,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     }
     for path in paths {
         let mut resource = web::resource(path);
+        let mut allowed: Vec<&str> = Vec::new();
         for route in ROUTES.iter().filter(|r| r.path == path) {
             resource = resource.route((route.handler)());
+            allowed.push(route.method.as_str());
         }
-        cfg.service(resource.default_service(web::to(extract::method_not_allowed)));
+        // RFC 9110: a 405 lists the methods the resource does support.
+        let allow = allowed.join(", ");
+        cfg.service(
+            resource.default_service(web::to(move |req: actix_web::HttpRequest| {
+                let allow = allow.clone();
+                async move { extract::method_not_allowed(req, &allow) }
+            })),
+        );
     }
 }

@@ -73,16 +73,22 @@ fn malformed_send_bodies() -> Vec<RawCase> {
             json_ct,
             br#"{"content":"x"}"#.to_vec(),
             400,
-            "invalid_json",
+            "validation_failed",
         ),
         (
             "wrong type",
             json_ct,
             br#"{"client_msg_id":5,"content":"x"}"#.to_vec(),
             400,
-            "invalid_json",
+            "validation_failed",
         ),
-        ("array body", json_ct, b"[]".to_vec(), 400, "invalid_json"),
+        (
+            "array body",
+            json_ct,
+            b"[]".to_vec(),
+            400,
+            "validation_failed",
+        ),
         (
             "text/plain",
             Some("text/plain"),
@@ -285,6 +291,33 @@ async fn unknown_routes_and_methods_get_json_404_and_405(app: TestApp) {
     let body: Value = unknown.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_found");
     assert_eq!(wrong_method.status().as_u16(), 405);
+    assert_eq!(
+        wrong_method
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap()),
+        Some("POST"),
+        "RFC 9110: a 405 says which methods the path takes"
+    );
     let body: Value = wrong_method.json().await.unwrap();
     assert_eq!(body["error"]["code"], "method_not_allowed");
+    assert_eq!(
+        body["error"]["message"],
+        "PUT is not allowed on /v1/acks; allowed: POST"
+    );
+
+    let on_a_group = app
+        .client
+        .put(format!("{}/v1/groups/1", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on_a_group.status().as_u16(), 405);
+    assert_eq!(
+        on_a_group
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap()),
+        Some("GET, PATCH")
+    );
 }

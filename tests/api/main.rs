@@ -39,6 +39,7 @@ mod spec_drift;
 mod startup_errors;
 mod startup_log;
 mod storage_full;
+mod strict_bodies;
 mod system_lines;
 mod unparsable_requests;
 mod webclient;

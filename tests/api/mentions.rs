@@ -307,7 +307,7 @@ async fn bad_mentions_are_refused_and_nothing_is_stored(app: TestApp) {
             json!({"content": "x", "mentions": "bob"}),
             "bob",
             400,
-            "invalid JSON",
+            r#"mentions: must be an array, got the string "bob""#,
         ),
     ];
     for (body, user, status, message) in cases {

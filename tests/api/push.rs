@@ -400,8 +400,8 @@ async fn bad_push_target_input_gets_json_errors_naming_the_field(app: TestApp) {
             "phone",
             json!("apns"),
             400,
-            "invalid_json",
-            "invalid JSON body",
+            "validation_failed",
+            "the body: must be an object, got a string",
         ),
         (
             "bob#phone",

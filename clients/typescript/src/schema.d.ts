@@ -1043,7 +1043,9 @@ export interface components {
              */
             mention_all?: true;
             /** @description The client's data, exactly as sent (at most 4096 bytes of JSON). */
-            ext?: Record<string, never>;
+            ext?: {
+                [key: string]: unknown;
+            };
             detail?: components["schemas"]["SystemLineDetail"];
             /**
              * @description The message's current receipt counts. Present only when listing with
@@ -1691,7 +1693,9 @@ export interface components {
              * @description `message` only: a JSON object of client data, at most 4096 bytes as written, stored
              *     and returned exactly as sent.
              */
-            ext?: Record<string, never>;
+            ext?: {
+                [key: string]: unknown;
+            };
         };
         /**
          * @example {
@@ -1751,10 +1755,13 @@ export interface components {
     };
     responses: {
         /**
-         * @description The request is malformed: a body that is not valid JSON or lacks a required field or
-         *     has a field of the wrong type (`invalid_json`), a query parameter of the wrong type
-         *     (`invalid_query`), a path parameter of the wrong type (`invalid_path`), or a value
-         *     outside its documented bounds (`validation_failed`; the message names the field).
+         * @description The request is malformed: a body that is not valid JSON (`invalid_json`), a query
+         *     parameter of the wrong type (`invalid_query`), a path parameter of the wrong type
+         *     (`invalid_path`), or a body of the wrong shape or a value outside its documented
+         *     bounds (`validation_failed`). A `validation_failed` message starts with the field's
+         *     path (`acks[0].group_id`) and says what it accepts in JSON's words. Request bodies
+         *     are strict: a field the operation does not take is refused, naming it and the fields
+         *     accepted, so a typo is never ignored; a client's own data goes in a message's `ext`.
          */
         BadRequest: {
             headers: {
@@ -2636,8 +2643,9 @@ export interface operations {
                 };
             };
             /**
-             * @description The body is not a JSON object (`invalid_json`), or a field is missing, not a
-             *     string or breaks its rule (`validation_failed`, naming the field): `platform` is
+             * @description The body is not valid JSON (`invalid_json`), or is not an object, has a field
+             *     this operation does not take, or a field is missing, not a string or breaks its
+             *     rule (`validation_failed`, naming the field): `platform` is
              *     1-32 characters from `a-z 0-9 . _ -`, `token` 1-4096 bytes of text without
              *     control characters.
              */

@@ -1,0 +1,236 @@
+//! Request bodies, strictly: a body is read as JSON by actix (content type, size and syntax
+//! errors are answered as the JSON config says), then shaped into the handler's type, where
+//! every mistake is a `400 validation_failed` that names the field by its path and says what
+//! it accepts in JSON's words: "acks[0].group_id: must be an integer, got the string \"2\"",
+//! "member_id: unknown field; the accepted fields are name, member_ids". Body types refuse
+//! fields they do not know (`#[serde(deny_unknown_fields)]`): a typo is never ignored.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use super::error::ApiError;
+
+/// A request body of type `T`, read as described above.
+pub struct JsonBody<T>(pub T);
+
+impl<T> std::ops::Deref for JsonBody<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
+    type Error = actix_web::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let raw = web::Json::<Box<RawValue>>::from_request(req, payload);
+        Box::pin(async move {
+            let raw = raw.await?.into_inner();
+            Ok(JsonBody(shaped(raw.get())?))
+        })
+    }
+}
+
+/// The body, JSON already, as a `T`: an object, whose fields are checked by `T`.
+fn shaped<T: DeserializeOwned>(json: &str) -> Result<T, ApiError> {
+    // serde would take an array for an object, its items as the fields in order.
+    if let Some(kind) = not_an_object(json) {
+        return Err(ApiError::Validation(format!(
+            "the body: must be an object, got {kind}"
+        )));
+    }
+    let mut reader = serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(&mut reader)
+        .map_err(|e| ApiError::Validation(in_the_clients_words(&e)))
+}
+
+/// What the body is, when it is not an object (it is valid JSON).
+fn not_an_object(json: &str) -> Option<&'static str> {
+    match json.trim_start().chars().next() {
+        Some('{') => None,
+        Some('[') => Some("an array"),
+        Some('"') => Some("a string"),
+        Some('t' | 'f') => Some("true or false"),
+        Some('n') => Some("null"),
+        _ => Some("a number"),
+    }
+}
+
+/// What was wrong with a body that is JSON but not of the expected shape.
+fn in_the_clients_words(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = e.path().to_string();
+    let at_root = path == ".";
+    let message = without_position(&e.inner().to_string());
+    if let Some(rest) = message.strip_prefix("unknown field ") {
+        let (field, accepted) = rest.split_once(", expected ").unwrap_or((rest, ""));
+        let field = unquote(field);
+        // serde says "`a`", "`a` or `b`", "one of `a`, `b`, `c`" or "there are no fields".
+        let accepted = accepted
+            .trim_start_matches("one of ")
+            .trim_start_matches("there are no fields")
+            .replace("` or `", "`, `");
+        let accepted = accepted
+            .split(", ")
+            .filter(|name| !name.is_empty())
+            .map(unquote)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let path = if at_root { field.to_owned() } else { path };
+        return match accepted.is_empty() {
+            true => format!("{path}: unknown field; this object takes no fields"),
+            false => format!("{path}: unknown field; the accepted fields are {accepted}"),
+        };
+    }
+    if let Some(field) = message.strip_prefix("missing field ") {
+        let field = unquote(field);
+        return match at_root {
+            true => format!("{field}: required"),
+            false => format!("{path}.{field}: required"),
+        };
+    }
+    let (got, expected) = match message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|m| m.split_once(", expected "))
+    {
+        Some(pair) => pair,
+        None => return format!("{}: {message}", if at_root { "body" } else { &path }),
+    };
+    let subject = if at_root { "the body" } else { &path };
+    format!(
+        "{subject}: must be {}, got {}",
+        expected_in_words(expected),
+        got_in_words(got)
+    )
+}
+
+/// serde_json's message without its " at line 1 column 9" tail.
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+fn unquote(s: &str) -> &str {
+    s.trim().trim_matches('`')
+}
+
+/// serde's name of the expected type as JSON says it.
+fn expected_in_words(expected: &str) -> &str {
+    match expected {
+        "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" | "isize" => {
+            "an integer"
+        }
+        "f32" | "f64" => "a number",
+        "a string" | "a borrowed string" | "a char" => "a string",
+        "a boolean" => "true or false",
+        "a sequence" => "an array",
+        "a map" => "an object",
+        "any valid JSON value" => "a JSON value",
+        other if other.starts_with("struct ") => "an object",
+        other => other,
+    }
+}
+
+/// serde's description of the value found, as JSON says it.
+fn got_in_words(got: &str) -> String {
+    let (kind, value) = match got.split_once(' ') {
+        Some((kind, value)) => (kind, value.trim_matches('`')),
+        None => (got, ""),
+    };
+    match kind {
+        "integer" => format!("the integer {value}"),
+        "floating" => format!(
+            "the number {}",
+            value.trim_start_matches("point ").trim_matches('`')
+        ),
+        "string" => format!("the string {value}"),
+        "boolean" => value.to_owned(),
+        "sequence" => "an array".to_owned(),
+        "map" => "an object".to_owned(),
+        "unit" | "null" => "null".to_owned(),
+        _ => got.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::shaped;
+    use crate::api::error::ApiError;
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        name: String,
+        #[serde(default)]
+        member_ids: Vec<String>,
+        items: Option<Vec<Item>>,
+    }
+
+    #[derive(Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Item {
+        group_id: i64,
+        flag: Option<bool>,
+    }
+
+    fn words(json: &str) -> String {
+        match shaped::<Body>(json) {
+            Err(ApiError::Validation(message)) => message,
+            other => panic!("{json} refused as validation_failed, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_mistake_names_the_field_and_what_it_accepts_in_json_words() {
+        for (json, said) in [
+            (
+                r#"{"name":"a","member_id":["b"]}"#,
+                "member_id: unknown field; the accepted fields are name, member_ids, items",
+            ),
+            (r#"{"member_ids":[]}"#, "name: required"),
+            (r#"{"name":1}"#, "name: must be a string, got the integer 1"),
+            (r#"[1,2]"#, "the body: must be an object, got an array"),
+            (r#""text""#, "the body: must be an object, got a string"),
+            ("7", "the body: must be an object, got a number"),
+            (
+                r#"{"name":"a","member_ids":"b"}"#,
+                r#"member_ids: must be an array, got the string "b""#,
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":"2"}]}"#,
+                r#"items[0].group_id: must be an integer, got the string "2""#,
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":1.5}]}"#,
+                "items[0].group_id: must be an integer, got the number 1.5",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":1,"flag":"yes"}]}"#,
+                r#"items[0].flag: must be true or false, got the string "yes""#,
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":1,"x":0}]}"#,
+                "items[0].x: unknown field; the accepted fields are group_id, flag",
+            ),
+            (
+                r#"{"name":"a","items":[{}]}"#,
+                "items[0].group_id: required",
+            ),
+        ] {
+            assert_eq!(words(json), said, "for {json}");
+        }
+    }
+}
