@@ -15,7 +15,9 @@ use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AckBody {
+    #[serde(deserialize_with = "super::json_body::whole_number")]
     last_ack_msg_id: i64,
+    #[serde(default, deserialize_with = "super::json_body::optional_whole_number")]
     last_read_msg_id: Option<i64>,
 }
 
@@ -28,8 +30,11 @@ pub struct AckManyBody {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AckManyItem {
+    #[serde(deserialize_with = "super::json_body::whole_number")]
     group_id: i64,
+    #[serde(deserialize_with = "super::json_body::whole_number")]
     last_ack_msg_id: i64,
+    #[serde(default, deserialize_with = "super::json_body::optional_whole_number")]
     last_read_msg_id: Option<i64>,
 }
 

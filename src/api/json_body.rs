@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, Deserializer, Unexpected, Visitor};
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
@@ -35,6 +35,70 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
             let raw = raw.await?.into_inner();
             Ok(JsonBody(shaped(raw.get())?))
         })
+    }
+}
+
+/// Reads an integer field as JSON Schema counts integers: `7` and `7.0` alike (a client
+/// whose numbers are all doubles, JavaScript's, may send either); `7.5`, or a number beyond
+/// 64 bits, is refused as not an integer. For `#[serde(deserialize_with = "whole_number")]`.
+pub fn whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    d.deserialize_any(WholeNumber)
+}
+
+/// [`whole_number`] for an optional field (also with `#[serde(default)]`): null is absent.
+pub fn optional_whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    d.deserialize_option(OptionalWholeNumber)
+}
+
+/// serde's name for an i64, which [`expected_in_words`] says as "an integer".
+const INTEGER: &str = "i64";
+
+struct WholeNumber;
+
+impl<'de> Visitor<'de> for WholeNumber {
+    type Value = i64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(INTEGER)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+        Ok(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+        i64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &INTEGER))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
+        // Whole and within i64 (2^63 itself is not: the cast would saturate).
+        let whole = v.fract() == 0.0 && v >= i64::MIN as f64 && v < i64::MAX as f64;
+        match whole {
+            true => Ok(v as i64),
+            false => Err(E::invalid_type(Unexpected::Float(v), &INTEGER)),
+        }
+    }
+}
+
+struct OptionalWholeNumber;
+
+impl<'de> Visitor<'de> for OptionalWholeNumber {
+    type Value = Option<i64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(INTEGER)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<i64>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+        whole_number(d).map(Some)
     }
 }
 
@@ -182,7 +246,10 @@ mod tests {
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     struct Item {
+        #[serde(deserialize_with = "super::whole_number")]
         group_id: i64,
+        #[serde(default, deserialize_with = "super::optional_whole_number")]
+        read: Option<i64>,
         flag: Option<bool>,
     }
 
@@ -190,6 +257,47 @@ mod tests {
         match shaped::<Body>(json) {
             Err(ApiError::Validation(message)) => message,
             other => panic!("{json} refused as validation_failed, not {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_integer_may_be_written_as_a_whole_number_with_a_fraction_of_zero() {
+        for (json, group_id, read) in [
+            (
+                r#"{"name":"a","items":[{"group_id":7503430.0}]}"#,
+                7503430,
+                None,
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":7,"read":2.0}]}"#,
+                7,
+                Some(2),
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":-1e3,"read":null}]}"#,
+                -1000,
+                None,
+            ),
+        ] {
+            let body = shaped::<Body>(json).expect("accepted");
+            let item = &body.items.expect("items")[0];
+            assert_eq!((item.group_id, item.read), (group_id, read), "{json}");
+        }
+        for (json, said) in [
+            (
+                r#"{"name":"a","items":[{"group_id":1,"read":2.5}]}"#,
+                "items[0].read: must be an integer, got the number 2.5",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":9223372036854775808}]}"#,
+                "items[0].group_id: must be an integer, got the integer 9223372036854775808",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":1e300}]}"#,
+                "items[0].group_id: must be an integer, got the number 1e+300",
+            ),
+        ] {
+            assert_eq!(words(json), said, "for {json}");
         }
     }
 
@@ -223,7 +331,7 @@ mod tests {
             ),
             (
                 r#"{"name":"a","items":[{"group_id":1,"x":0}]}"#,
-                "items[0].x: unknown field; the accepted fields are group_id, flag",
+                "items[0].x: unknown field; the accepted fields are group_id, read, flag",
             ),
             (
                 r#"{"name":"a","items":[{}]}"#,

@@ -18,9 +18,11 @@ pub struct SendMessageBody {
     client_msg_id: String,
     kind: Option<String>,
     content: Option<String>,
+    #[serde(default, deserialize_with = "super::json_body::optional_whole_number")]
     target_msg_id: Option<i64>,
     mentions: Option<Vec<String>>,
     mention_all: Option<bool>,
+    #[serde(default, deserialize_with = "super::json_body::optional_whole_number")]
     reply_to_msg_id: Option<i64>,
     ext: Option<Box<RawValue>>,
 }

@@ -12,6 +12,7 @@ use crate::on_both_engines;
 on_both_engines!(
     a_typo_in_a_field_is_refused_naming_it_and_the_accepted_fields,
     wrong_json_types_are_named_by_path_in_json_words,
+    an_integer_written_with_a_zero_fraction_is_an_integer,
 );
 
 /// (method, spec template, path, body, message the error starts with)
@@ -214,5 +215,60 @@ async fn wrong_json_types_are_named_by_path_in_json_words(app: TestApp) {
         app.get_group("alice", group).await.body["last_msg_id"],
         0,
         "nothing was sent"
+    );
+}
+
+/// JSON Schema counts 1.0 as an integer, and so do clients whose numbers are all doubles.
+async fn an_integer_written_with_a_zero_fraction_is_an_integer(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    for n in 1..=2 {
+        assert_eq!(
+            app.send("alice", group, &format!("c-{n}"), "x")
+                .await
+                .status,
+            201
+        );
+    }
+    let ack = |body: Value| {
+        let app = &app;
+        async move {
+            app.call(
+                Method::POST,
+                "/v1/groups/{group_id}/ack",
+                &format!("/v1/groups/{group}/ack"),
+                Some("bob"),
+                Some(body),
+            )
+            .await
+        }
+    };
+    let whole = ack(json!({"last_ack_msg_id": 1.0, "last_read_msg_id": null})).await;
+    assert_eq!(whole.status, 200, "{:?}", whole.body);
+    assert_eq!(whole.body["last_ack_msg_id"], 1);
+
+    let fraction = ack(json!({"last_ack_msg_id": 1.5})).await;
+    assert_eq!(
+        (fraction.status, fraction.error_code()),
+        (400, "validation_failed")
+    );
+    assert_eq!(
+        fraction.body["error"]["message"],
+        "last_ack_msg_id: must be an integer, got the number 1.5"
+    );
+
+    let many = app
+        .call(
+            Method::POST,
+            "/v1/acks",
+            "/v1/acks",
+            Some("bob"),
+            Some(json!({"acks": [{"group_id": group as f64, "last_ack_msg_id": 2.0}]})),
+        )
+        .await;
+    assert_eq!(many.status, 200, "{:?}", many.body);
+    let mine = app.my_groups("bob", "").await;
+    assert_eq!(
+        mine.body["groups"][0]["last_ack_msg_id"], 2,
+        "the cursor moved to 2"
     );
 }
