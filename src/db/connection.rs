@@ -64,22 +64,18 @@ impl Engine {
     }
 }
 
-/// `url` with libpq's `connect_timeout` set to `timeout` (whole seconds, at least libpq's
-/// least of 2), unless the URL or `PGCONNECT_TIMEOUT` already says. Without it an attempt
-/// that never hears back (the server stopping or starting as it was made) waits forever,
-/// and the pool stays a connection short for good: calls then queue for the ones left.
+/// A PostgreSQL URL with libpq's `connect_timeout` set to `timeout` (whole seconds, at least
+/// libpq's least of 2), unless the URL or `PGCONNECT_TIMEOUT` already says. Without it an
+/// attempt that never hears back (the server stopping or starting as it was made) waits
+/// forever, and the pool stays a connection short for good: calls then queue for the ones
+/// left.
 fn with_connect_timeout(url: &str, timeout: Duration) -> String {
     if url.contains("connect_timeout=") || std::env::var_os("PGCONNECT_TIMEOUT").is_some() {
         return url.to_owned();
     }
     let secs = timeout.as_secs_f64().ceil().max(2.0) as u64;
-    let is_uri = url.starts_with("postgres://") || url.starts_with("postgresql://");
-    match (is_uri, url.contains('?')) {
-        (true, true) => format!("{url}&connect_timeout={secs}"),
-        (true, false) => format!("{url}?connect_timeout={secs}"),
-        // The `key=value` form.
-        (false, _) => format!("{url} connect_timeout={secs}"),
-    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}connect_timeout={secs}")
 }
 
 pub struct ConnectionManager {
@@ -89,20 +85,22 @@ pub struct ConnectionManager {
     sqlite_max_bytes: Option<u64>,
     sqlite_cache_kib: u64,
     statement_timeout_ms: u64,
-    /// PostgreSQL: how long opening a connection may take (libpq's `connect_timeout`).
-    connect_timeout: Duration,
 }
 
 impl ConnectionManager {
     pub(super) fn new(settings: &DbSettings) -> ConnectionManager {
+        let engine = Engine::from_url(&settings.url);
+        let url = match engine {
+            Engine::Postgres => with_connect_timeout(&settings.url, settings.pool_timeout),
+            Engine::Sqlite => settings.url.clone(),
+        };
         ConnectionManager {
-            url: settings.url.clone(),
-            engine: Engine::from_url(&settings.url),
+            url,
+            engine,
             sqlite_sync: settings.sqlite_sync,
             sqlite_max_bytes: settings.sqlite_max_bytes,
             sqlite_cache_kib: settings.sqlite_cache_kib,
             statement_timeout_ms: settings.statement_timeout.as_millis() as u64,
-            connect_timeout: settings.pool_timeout,
         }
     }
 
@@ -110,8 +108,7 @@ impl ConnectionManager {
     fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
             Engine::Postgres => {
-                let url = with_connect_timeout(&self.url, self.connect_timeout);
-                let mut conn = diesel::PgConnection::establish(&url)?;
+                let mut conn = diesel::PgConnection::establish(&self.url)?;
                 // Bounds every statement, so a stuck query cannot hold a request (and its
                 // pooled connection) for long; it then answers 503.
                 conn.batch_execute(&format!(
@@ -306,8 +303,8 @@ mod tests {
             "postgresql://u@h/db?sslmode=disable&connect_timeout=3"
         );
         assert_eq!(
-            with_connect_timeout("host=h dbname=db", Duration::from_millis(100)),
-            "host=h dbname=db connect_timeout=2",
+            with_connect_timeout("postgres://u@h/db", Duration::from_millis(100)),
+            "postgres://u@h/db?connect_timeout=2",
             "libpq's least is 2 s"
         );
         let chosen = "postgres://u@h/db?connect_timeout=30";

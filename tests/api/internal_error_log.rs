@@ -9,7 +9,7 @@ use std::time::Duration;
 use diesel::RunQueryDsl;
 
 use crate::on_postgres;
-use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+use crate::support::child_server::start_healthy;
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
 use crate::support::tokens::TokenMint;
@@ -58,19 +58,7 @@ async fn log_of_an_internal_error(engine: Engine, env: &[(&str, &str)]) -> Strin
     let dir = tempfile::tempdir().expect("temp dir");
     let mut all_env = vec![("RUST_BACKTRACE", "1"), ("CHORUS_LOG", "warn")];
     all_env.extend_from_slice(env);
-    let config = ChildConfig {
-        binary: test_binary(),
-        data_dir: dir.path(),
-        database_url: Some(db.url()),
-        env: &all_env,
-    };
-    let mut server =
-        ChildServer::spawn(&config, dir.path().join("server.log")).expect("start chorus");
-    let client = crate::support::http::client(Duration::from_secs(30));
-    server
-        .wait_healthy(&client, Duration::from_secs(30))
-        .await
-        .expect("healthy");
+    let (server, client) = start_healthy(dir.path(), Some(db.url()), &all_env).await;
 
     let mut conn = chorus::db::connect_once(&chorus::db::DbSettings::for_url(db.url()))
         .expect("a direct connection");

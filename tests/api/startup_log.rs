@@ -3,10 +3,8 @@
 //!
 //! These start the real binary and read its log, as someone who just ran it would.
 
-use std::time::Duration;
-
 use crate::on_postgres;
-use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+use crate::support::child_server::start_healthy;
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
 
@@ -24,19 +22,8 @@ async fn the_listening_line_names_the_web_client_docs_and_spec_on_postgres() {
 async fn the_listening_line_names_working_urls(engine: Engine) {
     let db = ScratchDb::for_test(engine);
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = ChildConfig {
-        binary: test_binary(),
-        data_dir: dir.path(),
-        database_url: Some(db.url()),
-        env: &[("CHORUS_LOG", "info")],
-    };
-    let mut server =
-        ChildServer::spawn(&config, dir.path().join("server.log")).expect("start chorus");
-    let client = crate::support::http::client(Duration::from_secs(30));
-    server
-        .wait_healthy(&client, Duration::from_secs(30))
-        .await
-        .expect("healthy");
+    let (server, client) =
+        start_healthy(dir.path(), Some(db.url()), &[("CHORUS_LOG", "info")]).await;
 
     let log = server.log();
     let line = log

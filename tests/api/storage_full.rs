@@ -6,13 +6,11 @@
 //! (`SQLITE_FULL`, "database or disk is full") a full disk gives. SQLite only: PostgreSQL has
 //! no such cap to set from a test.
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use crate::spec_check::check_against_spec;
-use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+use crate::support::child_server::start_healthy;
 use crate::support::tokens::TokenMint;
 
 /// More than 1 MiB of 16 KiB messages: the cap is reached well before the last.
@@ -74,22 +72,11 @@ impl Client {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_sqlite_database_refuses_writes_with_507_and_keeps_reads_and_acks() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = ChildConfig {
-        binary: test_binary(),
-        data_dir: &dir.path().join("data"),
-        database_url: None,
-        env: &[
-            ("CHORUS_SQLITE_MAX_SIZE_MB", "1"),
-            ("CHORUS_SQLITE_SYNC", "normal"),
-        ],
-    };
-    let mut server =
-        ChildServer::spawn(&config, dir.path().join("server.log")).expect("start chorus");
-    let http = crate::support::http::client(Duration::from_secs(30));
-    server
-        .wait_healthy(&http, Duration::from_secs(30))
-        .await
-        .expect("healthy");
+    let env = [
+        ("CHORUS_SQLITE_MAX_SIZE_MB", "1"),
+        ("CHORUS_SQLITE_SYNC", "normal"),
+    ];
+    let (server, http) = start_healthy(dir.path(), None, &env).await;
     let client = Client {
         http,
         base: server.base.clone(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::child_server::{test_binary, ChildConfig, ChildServer};
+use crate::support::child_server::start_healthy;
 
 /// A request that cannot be parsed, and the status the spec documents for it.
 struct Unparsable {
@@ -63,19 +63,7 @@ fn unparsable_requests(host: &str) -> Vec<Unparsable> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unparsable_requests_get_their_documented_status_and_are_not_logged_as_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let config = ChildConfig {
-        binary: test_binary(),
-        data_dir: &dir.path().join("data"),
-        database_url: None,
-        env: &[("CHORUS_LOG", "info")],
-    };
-    let mut server =
-        ChildServer::spawn(&config, dir.path().join("server.log")).expect("start chorus");
-    let client = crate::support::http::client(Duration::from_secs(10));
-    server
-        .wait_healthy(&client, Duration::from_secs(30))
-        .await
-        .expect("healthy");
+    let (server, _) = start_healthy(dir.path(), None, &[("CHORUS_LOG", "info")]).await;
     let host = format!("127.0.0.1:{}", server.port);
 
     for request in unparsable_requests(&host) {

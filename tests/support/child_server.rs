@@ -24,6 +24,29 @@ pub struct ChildConfig<'a> {
     pub env: &'a [(&'a str, &'a str)],
 }
 
+/// The test binary serving from `dir` (its data in `dir/data`, its log in `dir/server.log`)
+/// on `database_url` (None: SQLite in the data directory) with `env`, once `/healthz`
+/// answers; with the client that waited for it.
+pub async fn start_healthy(
+    dir: &Path,
+    database_url: Option<&str>,
+    env: &[(&str, &str)],
+) -> (ChildServer, reqwest::Client) {
+    let config = ChildConfig {
+        binary: test_binary(),
+        data_dir: &dir.join("data"),
+        database_url,
+        env,
+    };
+    let mut server = ChildServer::spawn(&config, dir.join("server.log")).expect("start chorus");
+    let client = crate::support::http::client(Duration::from_secs(30));
+    server
+        .wait_healthy(&client, Duration::from_secs(30))
+        .await
+        .expect("healthy");
+    (server, client)
+}
+
 pub struct ChildServer {
     child: Child,
     pub port: u16,
