@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::support::client::ApiClient;
 use crate::support::http::Reply;
 
-use super::feed_poll::PollTally;
+use super::feed_poll::{PollTally, QUIET_FOR_S};
 
 /// (read_count, unread_count, delivered_count)
 pub type Counts = (i64, i64, i64);
@@ -72,16 +72,25 @@ impl ReceiptsPoller {
         self
     }
 
-    /// After the traffic: polls with `timeout_s=0` until an answer has nothing more.
+    /// After the traffic: polls with `timeout_s=0` until an answer has nothing more, then
+    /// waits [`QUIET_FOR_S`] for more, and starts again if any came.
     pub async fn drain(&mut self, api: &ApiClient) {
         let mut attempts = 0;
-        while self.poll_once(api, 0).await != Some(false) {
-            attempts += 1;
-            assert!(
-                attempts < 10_000,
-                "{} could not drain /v1/receipts",
-                self.caller
-            );
+        loop {
+            while self.poll_once(api, 0).await != Some(false) {
+                attempts += 1;
+                assert!(
+                    attempts < 10_000,
+                    "{} could not drain /v1/receipts",
+                    self.caller
+                );
+            }
+            let reported = self.changes_reported;
+            if self.poll_once(api, QUIET_FOR_S).await == Some(false)
+                && self.changes_reported == reported
+            {
+                return;
+            }
         }
     }
 

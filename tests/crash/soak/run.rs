@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -218,12 +219,10 @@ async fn run_traffic(
 /// With every instance up: retry what is unanswered, drain the feeds, read everything back.
 async fn finish(mut cast: Cast, api: &ApiClient, seed: u64) -> (Cast, Findings) {
     cast.traffic.retry_unanswered(api, seed, usize::MAX).await;
-    for poller in &mut cast.sync {
-        poller.drain(api).await;
-    }
-    for poller in &mut cast.receipts {
-        poller.drain(api).await;
-    }
+    // Side by side: each drain ends with a wait for quiet.
+    let sync = join_all(cast.sync.iter_mut().map(|poller| poller.drain(api)));
+    let receipts = join_all(cast.receipts.iter_mut().map(|poller| poller.drain(api)));
+    tokio::join!(sync, receipts);
     let verdict = Verdict::judge(api, &mut cast.traffic).await;
     let sends: Vec<_> = cast
         .traffic

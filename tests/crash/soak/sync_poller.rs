@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::support::client::ApiClient;
 use crate::support::http::Reply;
 
-use super::feed_poll::PollTally;
+use super::feed_poll::{PollTally, QUIET_FOR_S};
 
 /// A group an answer named: in `groups` with its `last_msg_id`, or in `removed_group_ids`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,13 +74,27 @@ impl SyncPoller {
         self
     }
 
-    /// After the traffic: polls with `timeout_s=0` until an answer has nothing more.
+    /// After the traffic: polls with `timeout_s=0` until an answer has nothing more, then
+    /// waits [`QUIET_FOR_S`] for more, and starts again if any came.
     pub async fn drain(&mut self, api: &ApiClient) {
         let mut attempts = 0;
-        while self.poll_once(api, 0).await != Some(false) {
-            attempts += 1;
-            assert!(attempts < 1000, "{} could not drain /v1/sync", self.caller);
+        loop {
+            while self.poll_once(api, 0).await != Some(false) {
+                attempts += 1;
+                assert!(attempts < 1000, "{} could not drain /v1/sync", self.caller);
+            }
+            let mentioned = self.mentioned();
+            if self.poll_once(api, QUIET_FOR_S).await == Some(false)
+                && self.mentioned() == mentioned
+            {
+                return;
+            }
         }
+    }
+
+    /// How many group mentions every answer so far carried.
+    fn mentioned(&self) -> usize {
+        self.mentions.values().map(Vec::len).sum()
     }
 
     /// One poll with the current cursor: Some(has_more) when answered 200.
