@@ -25,6 +25,29 @@ pub struct Cli {
     pub settings: Settings,
 }
 
+/// Variables renamed since an earlier release, as (old name, new name): the old name is still
+/// read where the new one is not set, so an operator's configuration keeps working.
+const RENAMED_VARIABLES: [(&str, &str); 2] = [
+    ("CHORUS_POSTGRES_SEND_BATCH", "CHORUS_SEND_BATCH"),
+    ("CHORUS_POSTGRES_ACK_BATCH", "CHORUS_ACK_BATCH"),
+];
+
+impl Cli {
+    /// The command line and the environment, with each renamed variable read under its old
+    /// name where only that is set; also the messages saying which were, for the log once it
+    /// is set up. Call it before any other thread exists: it changes the process environment.
+    pub fn parse_reading_old_names() -> (Cli, Vec<String>) {
+        let mut read = Vec::new();
+        for (old, new) in RENAMED_VARIABLES {
+            if let (Some(value), None) = (std::env::var_os(old), std::env::var_os(new)) {
+                std::env::set_var(new, value);
+                read.push(format!("{old} is read as {new}, its new name; rename it"));
+            }
+        }
+        (Cli::parse(), read)
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the HTTP server (the default when no command is given).
@@ -73,8 +96,8 @@ pub mod defaults {
     /// None: the SQLite database may grow until the disk is full.
     pub const SQLITE_MAX_SIZE_MB: Option<u64> = None;
     pub const SQLITE_WRITE_BATCH: u64 = 64;
-    pub const POSTGRES_SEND_BATCH: u64 = 64;
-    pub const POSTGRES_ACK_BATCH: u64 = 64;
+    pub const SEND_BATCH: u64 = 64;
+    pub const ACK_BATCH: u64 = 64;
     /// SQLite's own default page cache (`PRAGMA cache_size = -2000`), per connection.
     pub const SQLITE_CACHE_KIB: u64 = 2000;
     pub const KEEP_ALIVE_SECS: u64 = 75;
@@ -163,21 +186,25 @@ pub struct Settings {
           value_parser = clap::value_parser!(u64).range(1..=4096), global = true)]
     pub sqlite_write_batch: u64,
 
-    /// PostgreSQL: the most messages to one group that one transaction (one hold of
-    /// the group's lock, one flush) may carry. Sends to a group that arrive while its last
-    /// transaction commits wait for the next one and share it; a lone send never waits.
-    /// 1 gives every send a transaction of its own.
-    #[arg(long, env = "CHORUS_POSTGRES_SEND_BATCH", default_value_t = defaults::POSTGRES_SEND_BATCH,
+    /// The most messages to one group that one transaction (one hold of the group's lock,
+    /// one run of the send's statements, one flush) may carry. Sends to a group that arrive
+    /// while its last transaction commits wait for the next one and share it; a lone send
+    /// never waits. 1 gives every send a transaction of its own. On SQLite also bounded by
+    /// CHORUS_SQLITE_WRITE_BATCH. (CHORUS_POSTGRES_SEND_BATCH, its name while only
+    /// PostgreSQL batched sends, is still read.)
+    #[arg(long, env = "CHORUS_SEND_BATCH", default_value_t = defaults::SEND_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
-    pub postgres_send_batch: u64,
+    pub send_batch: u64,
 
-    /// PostgreSQL: the most acks (group entries, of any users' requests on this instance)
-    /// that one transaction (one commit, one flush) may carry; a request holding more goes
-    /// alone. Acks that arrive while the last such transaction runs wait for the next one and
-    /// share it; a lone ack never waits. 1 gives every request a transaction of its own.
-    #[arg(long, env = "CHORUS_POSTGRES_ACK_BATCH", default_value_t = defaults::POSTGRES_ACK_BATCH,
+    /// The most acks (group entries, of any users' requests on this instance) that one
+    /// transaction (one commit, one flush) may carry; a request holding more goes alone. Acks
+    /// that arrive while the last such transaction runs wait for the next one and share it; a
+    /// lone ack never waits. 1 gives every request a transaction of its own. On SQLite also
+    /// bounded by CHORUS_SQLITE_WRITE_BATCH. (CHORUS_POSTGRES_ACK_BATCH, its former name, is
+    /// still read.)
+    #[arg(long, env = "CHORUS_ACK_BATCH", default_value_t = defaults::ACK_BATCH,
           value_parser = clap::value_parser!(u64).range(1..=1000), global = true)]
-    pub postgres_ack_batch: u64,
+    pub ack_batch: u64,
 
     /// SQLite: the page cache of each database connection, in KiB (`PRAGMA cache_size`).
     /// The server holds the pool's connections plus one writer, so the caches together take
@@ -302,7 +329,7 @@ pub struct Settings {
     #[arg(skip = true)]
     pub announce_wakes: bool,
 
-    /// Whether PostgreSQL stores sends to one group, and acks, that arrive together in one
+    /// Whether sends to one group, and acks, that arrive together are stored in one
     /// transaction (see `db::shared_commits`). Not a flag: always on for a server. Benches
     /// turn it off to measure each write alone side by side.
     #[arg(skip = true)]
@@ -323,8 +350,8 @@ impl Settings {
             sqlite_sync: defaults::SQLITE_SYNC,
             sqlite_max_size_mb: defaults::SQLITE_MAX_SIZE_MB,
             sqlite_write_batch: defaults::SQLITE_WRITE_BATCH,
-            postgres_send_batch: defaults::POSTGRES_SEND_BATCH,
-            postgres_ack_batch: defaults::POSTGRES_ACK_BATCH,
+            send_batch: defaults::SEND_BATCH,
+            ack_batch: defaults::ACK_BATCH,
             sqlite_cache_kib: defaults::SQLITE_CACHE_KIB,
             keep_alive_secs: defaults::KEEP_ALIVE_SECS,
             workers: defaults::WORKERS,

@@ -1,19 +1,20 @@
 //! The `chorus` command: serve (default), migrate, distribute, token.
 
-use clap::Parser;
-
 use chorus::config::{Cli, Command};
 use chorus::domain::{DeviceId, UserId};
 use chorus::startup::{load_keys, Application};
 
 fn main() {
-    let cli = Cli::parse();
-    // Before any other thread exists: it changes the process environment.
+    // Before any other thread exists: both change the process environment.
+    let (cli, old_names) = Cli::parse_reading_old_names();
     chorus::logging::configure_backtraces(cli.settings.log_backtraces);
     if let Err(e) = chorus::logging::init(&cli.settings) {
         // One line, like clap's own errors for a bad flag.
         eprintln!("error: {e}");
         std::process::exit(2);
+    }
+    for message in old_names {
+        tracing::warn!("{message}");
     }
     let outcome = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -51,8 +51,8 @@ impl Application {
         if let Some(push) = push {
             spawn_push_job(push, &db, &metrics, &notifier)?;
         }
-        let shared_sends = SharedSends::new(db.clone(), settings.postgres_send_batch as usize);
-        let shared_acks = SharedAcks::new(db.clone(), settings.postgres_ack_batch as usize);
+        let shared_sends = SharedSends::new(db.clone(), settings.send_batch as usize);
+        let shared_acks = SharedAcks::new(db.clone(), settings.ack_batch as usize);
         let state = web::Data::new(AppState {
             db,
             shared_sends,

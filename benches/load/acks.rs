@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use chorus::config::defaults::POSTGRES_ACK_BATCH;
+use chorus::config::defaults::ACK_BATCH;
 use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
@@ -70,12 +70,12 @@ pub async fn bench_paths(setup: EngineSetup, report: &mut EngineReport) {
     for round in 1..=ROUNDS {
         for (name, shared_commits, ack_batch) in [
             ("a transaction per ack", false, 1),
-            ("acks share a transaction", true, POSTGRES_ACK_BATCH),
+            ("acks share a transaction", true, ACK_BATCH),
         ] {
             eprintln!("ack paths: round {round}, {name}");
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.shared_commits = shared_commits;
-                s.postgres_ack_batch = ack_batch;
+                s.ack_batch = ack_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {
                 Ok(server) => server,

@@ -43,29 +43,24 @@ struct Variant {
     name: &'static str,
     sqlite_write_batch: u64,
     shared_commits: bool,
-    postgres_send_batch: u64,
+    send_batch: u64,
 }
 
 /// SQLite: one commit per write, and group commit (the default). PostgreSQL: every send as a
 /// transaction of its own, and sends to a group that arrive together sharing one transaction
 /// (the default).
 fn variants(setup: EngineSetup) -> Vec<Variant> {
-    use chorus::config::defaults::{POSTGRES_SEND_BATCH, SQLITE_WRITE_BATCH};
-    let variant = |name, sqlite_write_batch, shared_commits, postgres_send_batch| Variant {
+    use chorus::config::defaults::{SEND_BATCH, SQLITE_WRITE_BATCH};
+    let variant = |name, sqlite_write_batch, shared_commits, send_batch| Variant {
         name,
         sqlite_write_batch,
         shared_commits,
-        postgres_send_batch,
+        send_batch,
     };
     match setup.engine() {
         Engine::Sqlite => vec![
-            variant("one commit per write", 1, true, POSTGRES_SEND_BATCH),
-            variant(
-                "group commit",
-                SQLITE_WRITE_BATCH,
-                true,
-                POSTGRES_SEND_BATCH,
-            ),
+            variant("one commit per write", 1, false, 1),
+            variant("group commit", SQLITE_WRITE_BATCH, true, SEND_BATCH),
         ],
         Engine::Postgres => vec![
             variant("a transaction per send", SQLITE_WRITE_BATCH, false, 1),
@@ -73,7 +68,7 @@ fn variants(setup: EngineSetup) -> Vec<Variant> {
                 "sends share a transaction",
                 SQLITE_WRITE_BATCH,
                 true,
-                POSTGRES_SEND_BATCH,
+                SEND_BATCH,
             ),
         ],
     }
@@ -87,7 +82,7 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
             let adjust = move |s: &mut chorus::config::Settings| {
                 s.sqlite_write_batch = variant.sqlite_write_batch;
                 s.shared_commits = variant.shared_commits;
-                s.postgres_send_batch = variant.postgres_send_batch;
+                s.send_batch = variant.send_batch;
             };
             let server = match BenchServer::start_with(setup, adjust).await {
                 Ok(server) => server,

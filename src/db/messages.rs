@@ -317,7 +317,8 @@ fn find_sent(
                         " AND sender_id = k.sender_id AND client_msg_id = k.client_msg_id \
                          LIMIT 1) m",
                     ),
-                // SQLite probes the index per row of the (small) key table by itself.
+                // SQLite reads the keys once and probes the index per key (see
+                // `RawSql::rows`).
                 AnyConnection::Sqlite(_) => query
                     .sql(
                         " JOIN group_msgs m ON m.sender_id = k.sender_id \

@@ -39,6 +39,8 @@ pub struct Db {
     storage: Arc<StorageAlarm>,
     /// See [`DbSettings::shared_commits`].
     shared_commits: bool,
+    /// See [`DbSettings::sqlite_write_batch`].
+    sqlite_write_batch: usize,
 }
 
 /// How a write is published: its feed rows stamped with positions, its wake-ups sent (see
@@ -97,6 +99,7 @@ impl Db {
                     publish: Publish::InBatch,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
+                    sqlite_write_batch: settings.sqlite_write_batch,
                 }
             }
             Engine::Postgres => {
@@ -115,6 +118,7 @@ impl Db {
                     publish: Publish::AfterCommit,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
+                    sqlite_write_batch: settings.sqlite_write_batch,
                 }
             }
         };
@@ -197,7 +201,7 @@ impl Db {
         let committed = self.on_commit();
         let after_commit = move |(_, wakes): &(T, Wakes)| committed(wakes);
         let outcome = match &self.lane {
-            Some(lane) => lane.submit(work, after_commit).await,
+            Some(lane) => lane.submit(work, after_commit, 1, |_| 1).await,
             None => {
                 let commits = self.commits.clone();
                 let publish_now_here = matches!(self.publish, Publish::AfterCommit);
@@ -223,31 +227,56 @@ impl Db {
         Ok(outcome.map(|(value, _)| value))
     }
 
-    /// Several clients' writes in one transaction on PostgreSQL (see [`super::shared_commits`]):
-    /// `f` answers how many writes it stored (counted as one commit carrying them) and its
-    /// value; it commits when `f` returns Ok and rolls back otherwise. Published as any
+    /// Several clients' writes in one transaction (see [`super::shared_commits`]): `f`
+    /// stores at most `carries` of them and answers how many it stored (counted as that many
+    /// writes in one commit) and its value; what it did stands when it returns Ok and is rolled back otherwise. On
+    /// PostgreSQL it is a transaction of its own; on SQLite a savepoint in the writer lane's
+    /// next batch, so the writes of one group that queued together run their statements once
+    /// for all of them, and the batch's other writes share their commit. Published as any
     /// write is. Only where [`Db::shares_commits`] is true.
-    pub async fn write_shared<T, F>(&self, f: F) -> Result<T, DbError>
+    pub async fn write_shared<T, F>(&self, carries: usize, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<(usize, T)> + Send + 'static,
         T: Send + 'static,
     {
         let committed = self.on_commit();
-        let commits = self.commits.clone();
-        let (writes, written) = self
-            .writer
-            .run(move |conn| {
-                let mut wakes = Wakes::default();
-                let work = |conn: &mut AnyConnection| f(conn, &mut wakes).map(Ok::<_, Infallible>);
-                let (writes, written) = never_refused(in_transaction(conn, work)?);
-                if writes > 0 {
-                    commits.committed(writes);
-                    committed(&wakes);
-                }
-                Ok((writes, written))
-            })
-            .await
-            .inspect_err(|e| self.storage.failed(e))?;
+        let (writes, written) = match &self.lane {
+            Some(lane) => {
+                let work = move |conn: &mut AnyConnection| {
+                    let mut wakes = Wakes::default();
+                    let stored = f(conn, &mut wakes)?;
+                    Ok(Ok::<_, Infallible>((stored, wakes)))
+                };
+                let after_commit = move |((writes, _), wakes): &((usize, T), Wakes)| {
+                    if *writes > 0 {
+                        committed(wakes);
+                    }
+                };
+                let ((writes, written), _) = never_refused(
+                    lane.submit(work, after_commit, carries, |((writes, _), _)| *writes)
+                        .await
+                        .inspect_err(|e| self.storage.failed(e))?,
+                );
+                (writes, written)
+            }
+            None => {
+                let commits = self.commits.clone();
+                self.writer
+                    .run(move |conn| {
+                        let mut wakes = Wakes::default();
+                        let work =
+                            |conn: &mut AnyConnection| f(conn, &mut wakes).map(Ok::<_, Infallible>);
+                        let (writes, written) = never_refused(in_transaction(conn, work)?);
+                        if writes > 0 {
+                            commits.committed(writes);
+                            committed(&wakes);
+                        }
+                        Ok((writes, written))
+                    })
+                    .await
+                    .inspect_err(|e| self.storage.failed(e))?
+            }
+        };
         if writes > 0 {
             self.storage.wrote();
         }
@@ -273,11 +302,20 @@ impl Db {
             .inspect_err(|e| self.storage.failed(e))
     }
 
+    /// The most clients' writes one shared transaction may carry, of the `wanted`: on SQLite
+    /// no more than one commit of the writer lane carries.
+    pub fn shared_batch_limit(&self, wanted: usize) -> usize {
+        match self.engine {
+            Engine::Sqlite => wanted.min(self.sqlite_write_batch),
+            Engine::Postgres => wanted,
+        }
+    }
+
     /// Whether writes that arrive together share transactions ([`Db::write_shared`]):
-    /// PostgreSQL, serving, with the setting on. SQLite's writer lane shares its own.
+    /// serving (tools write alone), with the setting on.
     pub fn shares_commits(&self) -> bool {
-        let serving = matches!(self.publish, Publish::ByPublisher(_));
-        self.engine == Engine::Postgres && serving && self.shared_commits
+        let serving = self.notifier.is_some();
+        serving && self.shared_commits
     }
 
     /// What a committed write's wake-ups do: queued for this instance's publisher, whose round

@@ -451,8 +451,14 @@ impl Rows {
     }
 
     /// `(SELECT json_extract(value, '$[0]') AS a, json_extract(value, '$[1]') AS b FROM
-    /// json_each($1)) AS alias`: the rows bound as one JSON text, so that the statement's text
-    /// is the same however many rows there are and it stays prepared.
+    /// json_each($1) LIMIT -1) AS alias`: the rows bound as one JSON text, so that the
+    /// statement's text is the same however many rows there are and it stays prepared.
+    ///
+    /// The `LIMIT -1` (no limit) keeps SQLite from flattening the subquery into the join
+    /// around it: flattened, the planner rates `json_each` as cheap and puts it in the inner
+    /// loop, so it parses the JSON again for every row of the other table (every entry of a
+    /// group, for the repeat look-up of a batch of sends). Kept whole, the rows are read
+    /// once into a temporary table and the other table is probed by its index per row.
     fn render_json<'a>(&'a self, emit: &mut impl FnMut(Piece<'a>)) {
         let names: Vec<String> = self
             .columns
@@ -464,7 +470,7 @@ impl Rows {
             format!("(SELECT {} FROM json_each(", names.join(", ")).into(),
         ));
         emit(Piece::Text(&self.json));
-        emit(Piece::Sql(format!(")) AS {}", self.alias).into()));
+        emit(Piece::Sql(format!(") LIMIT -1) AS {}", self.alias).into()));
     }
 }
 
@@ -539,7 +545,7 @@ mod tests {
             q.rendered(false),
             (
                 "SELECT t.a FROM (SELECT json_extract(value, '$[0]') AS a, \
-                 json_extract(value, '$[1]') AS b FROM json_each($1)) AS t WHERE t.a IN ($2, $3)"
+                 json_extract(value, '$[1]') AS b FROM json_each($1) LIMIT -1) AS t WHERE t.a IN ($2, $3)"
                     .to_owned(),
                 3
             )

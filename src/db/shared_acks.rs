@@ -1,5 +1,5 @@
 //! Acking: the one operation every ack takes, whatever the engine. Acks that arrive together
-//! share one transaction on PostgreSQL (see [`super::shared_commits`]): one commit and one
+//! share one transaction (see [`super::shared_commits`]): one commit and one
 //! flush for acks of many users, where each alone would pay its own. Acks of different users
 //! touch different rows, so unlike sends they do not queue behind each other's locks; what
 //! they share is the commit.

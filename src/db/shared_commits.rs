@@ -1,5 +1,8 @@
-//! Writes that arrive together share one transaction (PostgreSQL): one commit, one flush and
-//! the same few statements for all of them, where each alone would pay its own.
+//! Writes that arrive together share one transaction: one commit, one flush and the same few
+//! statements for all of them, where each alone would pay its own. On SQLite the shared
+//! transaction is a savepoint in the writer lane's batch (which already shares its commit
+//! among every write waiting): what sharing adds there is the statements, run once for a
+//! group's sends instead of once per send.
 //!
 //! Each key (a group for sends, a lane for acks) with writes in flight has a queue and one
 //! task that drains it: the task takes the writes waiting (as many as [`SharedWork::choose`]
@@ -19,9 +22,9 @@
 //! another transaction (see [`SharedWork::store_several`]): it is stored alone, beside the
 //! batches that follow, and only it waits for them.
 //!
-//! Where writes do not share transactions this way (SQLite, whose writer lane already puts
-//! every write waiting into one transaction; tools; settings that turn it off) a write is
-//! stored alone by the same `store`, through [`Db::write_checked`].
+//! Where writes do not share transactions this way (tools, which serve no clients; settings
+//! that turn it off) a write is stored alone by the same `store`, through
+//! [`Db::write_checked`].
 //!
 //! Keys are independent: each has its own task, on its own connection.
 
@@ -117,12 +120,13 @@ struct Queued<W: SharedWork> {
 }
 
 impl<W: SharedWork> SharedCommits<W> {
-    /// `limit`: how much one transaction carries (1: each write alone).
+    /// `limit`: how much one transaction carries (1: each write alone); on SQLite no more
+    /// than one commit of its writer lane carries.
     pub fn new(db: Db, limit: usize) -> SharedCommits<W> {
         SharedCommits {
             inner: Arc::new(Inner {
+                limit: db.shared_batch_limit(limit).max(1),
                 db,
-                limit: limit.max(1),
                 queues: Mutex::default(),
             }),
         }
@@ -225,7 +229,7 @@ async fn drain<W: SharedWork>(inner: Arc<Inner<W>>, key: W::Key) {
         let several = items.len() > 1;
         let stored = inner
             .db
-            .write_shared(move |conn, wakes| {
+            .write_shared(items.len(), move |conn, wakes| {
                 let answered = if several {
                     W::store_several(conn, key, &batch, wakes)?
                 } else {

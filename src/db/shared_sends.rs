@@ -1,5 +1,5 @@
 //! Sending: the one operation every send takes, whatever the engine. Entries to one group
-//! that arrive together share one transaction on PostgreSQL (see [`super::shared_commits`]):
+//! that arrive together share one transaction (see [`super::shared_commits`]):
 //! one hold of the group's lock, one commit, one range of ids, where each send alone would
 //! hold the lock through a commit of its own and the group's senders would queue behind it.
 //! [`super::messages::send_entries`] decides each entry's answer; it is the same code for a

@@ -5,7 +5,9 @@
 //! rolls back only itself, and the others commit. Every caller hears its outcome only after
 //! the batch's COMMIT returned, so a 2xx still means the data is durable. The lane never
 //! waits for more work: a lone write commits at once, and a batch forms only from the writes
-//! that queued while the previous commit was flushing (bounded by `max_batch`).
+//! that queued while the previous commit was flushing (bounded by `max_batch` clients'
+//! writes: a job that stores several, such as a group's sends that queued together, counts
+//! as that many).
 //!
 //! If a savepoint cannot be rolled back (SQLite may abandon the whole transaction on a full
 //! disk or an I/O error), the batch is lost: every write in it, including those that had
@@ -27,6 +29,8 @@ type Manager = <AnyConnection as Connection>::TransactionManager;
 
 /// A write waiting for the lane.
 trait Write: Send {
+    /// How many clients' writes it carries, for the batch's bound.
+    fn carries(&self) -> usize;
     /// Runs the write in its savepoint and keeps the outcome until the batch's fate is known.
     fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran;
     /// Answers without running: the batch could not start or was lost before this write.
@@ -38,6 +42,10 @@ type Reply<T, R> = tokio::sync::oneshot::Sender<Result<Result<T, R>, DbError>>;
 struct PendingWrite<F, C, T, R> {
     write: F,
     after_commit: C,
+    /// How many clients' writes it carries (one, but for a shared write).
+    carries: usize,
+    /// How many of them a stored value stored (those not refused).
+    writes: fn(&T) -> usize,
     reply: Reply<T, R>,
     /// Counts the write as waiting until it runs or fails.
     waiting: Waiting,
@@ -50,16 +58,27 @@ where
     T: Send + 'static,
     R: Send + 'static,
 {
+    fn carries(&self) -> usize {
+        self.carries
+    }
+
     fn run(self: Box<Self>, conn: &mut AnyConnection) -> Ran {
         let PendingWrite {
             write,
             after_commit,
+            carries: _,
+            writes,
             reply,
             waiting,
         } = *self;
         drop(waiting);
         let (outcome, lost_batch) = run_in_savepoint(conn, write);
+        let writes = match &outcome {
+            Ok(Ok(value)) => writes(value),
+            _ => 0,
+        };
         Ran {
+            writes,
             answer: Box::new(move |batch_error| {
                 let answer = match batch_error {
                     Some(e) => Err(e),
@@ -87,6 +106,8 @@ struct Ran {
     answer: Box<dyn FnOnce(Option<DbError>) + Send>,
     /// Set when this write's savepoint could not be rolled back: the transaction is gone.
     lost_batch: Option<DbError>,
+    /// The clients' writes it stored (none when refused or failed).
+    writes: usize,
 }
 
 /// Commits, and the writes they carried, since the process started (both engines: on
@@ -151,7 +172,15 @@ impl WriteLane {
     /// Runs `f` in the next batch; the outcome arrives once the batch committed. A refusal
     /// (`Ok(Err(_))`) or an error rolls back only what `f` did. `after_commit` runs on the
     /// lane once `f`'s work is committed, whether or not the caller is still waiting.
-    pub async fn submit<T, R, F, C>(&self, f: F, after_commit: C) -> Result<Result<T, R>, DbError>
+    /// `carries` says how many clients' writes `f` stores at most (the batch's bound counts
+    /// them), `writes` how many a stored value did store (the commit counters count them).
+    pub async fn submit<T, R, F, C>(
+        &self,
+        f: F,
+        after_commit: C,
+        carries: usize,
+        writes: fn(&T) -> usize,
+    ) -> Result<Result<T, R>, DbError>
     where
         F: FnOnce(&mut AnyConnection) -> QueryResult<Result<T, R>> + Send + 'static,
         C: FnOnce(&T) + Send + 'static,
@@ -162,6 +191,8 @@ impl WriteLane {
         let job: Job = Box::new(PendingWrite {
             write: f,
             after_commit,
+            carries,
+            writes,
             reply,
             waiting: self.waiting.enter(),
         });
@@ -176,11 +207,28 @@ fn run_lane(
     max_batch: usize,
     counters: &CommitCounters,
 ) {
-    while let Ok(first) = queue.recv() {
+    // A job taken from the queue that did not fit the last batch: the next one starts with it.
+    let mut held: Option<Job> = None;
+    loop {
+        let first = match held.take() {
+            Some(job) => job,
+            None => match queue.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        let mut carried = first.carries();
         let mut batch = vec![first];
-        while batch.len() < max_batch {
+        while carried < max_batch {
             match queue.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) if carried + job.carries() > max_batch => {
+                    held = Some(job);
+                    break;
+                }
+                Ok(job) => {
+                    carried += job.carries();
+                    batch.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -221,7 +269,7 @@ fn run_batch(writer: &Pool, batch: Vec<Job>, counters: &CommitCounters) {
     let committed = publish_pending(&mut conn).and_then(|_| Manager::commit_transaction(&mut conn));
     conn.record(&committed);
     match committed {
-        Ok(()) => counters.committed(ran.len()),
+        Ok(()) => counters.committed(ran.iter().map(|done| done.writes).sum()),
         Err(_) => {
             let _ = Manager::rollback_transaction(&mut conn);
         }

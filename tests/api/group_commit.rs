@@ -28,7 +28,11 @@ on_both_engines!(
     messages_of_every_kind_queued_together_share_commits_and_keep_their_kind,
 );
 on_both_engines!(with one_write_per_commit: a_batch_of_one_gives_every_write_its_own_commit);
-on_both_engines!(with four_writes_per_commit: a_commit_never_carries_more_writes_than_the_limit);
+on_both_engines!(
+    with four_writes_per_commit:
+    a_commit_never_carries_more_writes_than_the_limit,
+    sends_to_several_groups_never_share_a_commit_past_the_limit,
+);
 on_postgres!(on_postgres_a_failed_shared_transaction_fails_all_its_sends_and_stores_none);
 
 /// How long the test holds the lock: long enough for the whole burst to queue, well inside
@@ -38,14 +42,14 @@ const DISTINCT_SENDS: usize = 24;
 
 fn one_write_per_commit(settings: &mut Settings) {
     settings.sqlite_write_batch = 1;
-    settings.postgres_send_batch = 1;
+    settings.send_batch = 1;
 }
 
 const SMALL_BATCH: u64 = 4;
 
 fn four_writes_per_commit(settings: &mut Settings) {
     settings.sqlite_write_batch = SMALL_BATCH;
-    settings.postgres_send_batch = SMALL_BATCH;
+    settings.send_batch = SMALL_BATCH;
 }
 
 /// A transaction of the test's own holding what the burst's writes need, until `release()`.
@@ -358,6 +362,51 @@ async fn a_commit_never_carries_more_writes_than_the_limit(app: TestApp) {
     assert!(
         for_the_sends * 2.0 <= SENDS as f64,
         "the queued sends still shared commits: {commits} commits for {writes} writes"
+    );
+}
+
+/// Each group's queued sends are stored together, and on SQLite several groups' batches share
+/// the writer's commit: the limit still counts every send, not every batch.
+async fn sends_to_several_groups_never_share_a_commit_past_the_limit(app: TestApp) {
+    let mut groups = Vec::new();
+    for _ in 0..3 {
+        groups.push(app.group_with("alice", &["bob"]).await);
+    }
+    let (commits_before, writes_before) = app.commits_and_writes().await;
+
+    // 24 sends over three groups in commits of at most 4 take at least 6.
+    const PER_GROUP: usize = 8;
+    let sends = groups.len() * PER_GROUP;
+    let lock = HeldLock::take(&app, groups[0]).await;
+    let app_ref = &app;
+    let (answers, _) = lock
+        .release_after(
+            HOLD,
+            join_all(groups.iter().flat_map(|&group| {
+                (0..PER_GROUP).map(move |k| async move {
+                    app_ref.send("alice", group, &format!("g-{k}"), "x").await
+                })
+            })),
+        )
+        .await;
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![201; sends]);
+    for &group in &groups {
+        let page = app.list_messages("bob", group, "?after_msg_id=0").await;
+        assert_eq!(
+            crate::endpoints::msg_ids(&page.body).len(),
+            PER_GROUP,
+            "every send of group {group} stored once"
+        );
+    }
+
+    // A background job's write may land in the window too, in a commit of its own.
+    let (commits, writes) = app.commits_and_writes().await;
+    let (commits, writes) = (commits - commits_before, writes - writes_before);
+    let for_the_sends = commits - (writes - sends as f64);
+    assert!(
+        for_the_sends * SMALL_BATCH as f64 >= sends as f64,
+        "no commit carried more than {SMALL_BATCH}: {commits} commits for {writes} writes"
     );
 }
 
