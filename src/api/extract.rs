@@ -8,6 +8,7 @@ use std::pin::Pin;
 use url::form_urlencoded;
 
 use super::error::ApiError;
+use super::longpoll::TIMEOUT_RULE;
 use super::AppState;
 use crate::auth::{Identity, TokenError};
 use crate::db::devices::{check_device, touch_device, DeviceStanding};
@@ -245,6 +246,7 @@ impl Accepts {
 
     fn rule(self) -> String {
         match self {
+            WholeNumber { min, max: i64::MAX } => format!("must be a whole number, {min} or more"),
             WholeNumber { min, max } => format!("must be a whole number from {min} to {max}"),
             TrueOrFalse => "must be true or false".into(),
         }
@@ -255,7 +257,12 @@ impl Accepts {
 fn explain_bad_parameter(pairs: &[(String, String)]) -> Option<String> {
     pairs.iter().find_map(|(name, value)| {
         let accepts = Accepts::of(name)?;
-        (!accepts.parses(value)).then(|| format!("{name}: {}", accepts.rule()))
+        let rule = match name.as_str() {
+            // Said the same way whether the value is no number or a negative one.
+            "timeout_s" => TIMEOUT_RULE.to_owned(),
+            _ => accepts.rule(),
+        };
+        (!accepts.parses(value)).then(|| format!("{name}: {rule}"))
     })
 }
 

@@ -265,13 +265,13 @@ pub fn read_window<R>(
     }
 }
 
+/// What `timeout_s` accepts, in the words of its errors (whatever is wrong with it).
+pub const TIMEOUT_RULE: &str = "must be a whole number of seconds, 0 or more (above 60 waits 60)";
+
 pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     match raw {
         None => Ok(Duration::from_secs(DEFAULT_TIMEOUT_S as u64)),
-        Some(s) if s < 0 => Err(ApiError::Validation(
-            "timeout_s: must be a whole number from 0 to 9223372036854775807 (above 60 waits 60 s)"
-                .into(),
-        )),
+        Some(s) if s < 0 => Err(ApiError::Validation(format!("timeout_s: {TIMEOUT_RULE}"))),
         Some(s) => Ok(Duration::from_secs(s.min(MAX_TIMEOUT_S) as u64)),
     }
 }
