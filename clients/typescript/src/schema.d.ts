@@ -1310,8 +1310,8 @@ export interface components {
             platform: string;
             /**
              * @description The token the push service wakes this installation with (from APNs, FCM, a web
-             *     push subscription…): 1-4096 bytes of text without control characters, opaque to
-             *     Chorus.
+             *     push subscription…): 1-4096 bytes of text (UTF-8) without control characters, not
+             *     only whitespace, opaque to Chorus.
              * @example 740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad
              */
             token: string;
@@ -1675,27 +1675,28 @@ export interface components {
             target_msg_id?: number;
             /**
              * @description `message` only: members to mention by name, at most 50 (duplicates ignored, the
-             *     sender's own id accepted and not stored); a non-member is a 400.
+             *     sender's own id accepted and not stored); a non-member is a 400. Null: none.
              */
-            mentions?: components["schemas"]["UserId"][];
+            mentions?: components["schemas"]["UserId"][] | null;
             /**
-             * @description `message` only: mention every member (false when absent). Only the group's owner
-             *     may (else 403).
+             * @description `message` only: mention every member (false when absent or null). Only the
+             *     group's owner may (else 403).
              */
-            mention_all?: boolean;
+            mention_all?: boolean | null;
             /**
              * Format: int64
              * @description `message` only: the earlier message of this group, which the sender can see, that
              *     this one replies to (a recalled or deleted one is a 409 `message_retracted`).
+             *     Null: no reply.
              */
-            reply_to_msg_id?: number;
+            reply_to_msg_id?: number | null;
             /**
              * @description `message` only: a JSON object of client data, at most 4096 bytes as written, stored
-             *     and returned exactly as sent.
+             *     and returned exactly as sent. Null: none.
              */
             ext?: {
                 [key: string]: unknown;
-            };
+            } | null;
         };
         /**
          * @example {
@@ -1715,10 +1716,10 @@ export interface components {
             /** @description Everything up to this id has been delivered. */
             last_ack_msg_id: components["schemas"]["MsgIdValue"];
             /**
-             * @description Everything up to this id has been read. Defaults to `last_ack_msg_id`. The
-             *     delivered cursor is raised to at least this value.
+             * @description Everything up to this id has been read. Defaults to `last_ack_msg_id` (when
+             *     absent or null). The delivered cursor is raised to at least this value.
              */
-            last_read_msg_id?: components["schemas"]["MsgIdValue"];
+            last_read_msg_id?: components["schemas"]["MsgIdValue"] | null;
         };
         /**
          * @example {
@@ -1730,8 +1731,11 @@ export interface components {
             group_id: components["schemas"]["GroupIdValue"];
             /** @description Everything up to this id has been delivered. */
             last_ack_msg_id: components["schemas"]["MsgIdValue"];
-            /** @description Everything up to this id has been read. Defaults to `last_ack_msg_id`. */
-            last_read_msg_id?: components["schemas"]["MsgIdValue"];
+            /**
+             * @description Everything up to this id has been read. Defaults to `last_ack_msg_id` (when
+             *     absent or null).
+             */
+            last_read_msg_id?: components["schemas"]["MsgIdValue"] | null;
         };
         /**
          * @example {
@@ -2122,12 +2126,12 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description Opaque page token: the `next_cursor` of the previous page. Omit it for the
-                 *     first page. A value that is not a cursor this server issues is a 400
-                 *     (`validation_failed`).
+                 * @description Page token: the `next_cursor` of the previous page (a user id; the page starts
+                 *     after it). Omit it for the first page. A value that is not a valid user id is a
+                 *     400 (`validation_failed`).
                  * @example bob
                  */
-                cursor?: string;
+                cursor?: components["schemas"]["UserId"];
                 /**
                  * @description Page size, 1-200.
                  * @example 50
