@@ -235,22 +235,25 @@ const timeFmt = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2
 const dayTimeFmt = new Intl.DateTimeFormat(undefined, {
   month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit',
 });
-function formatTime(iso) {
+// `iso` as the time of day when it is today, else with `olderFmt(date)`; '' if unreadable.
+function formatWhen(iso, olderFmt) {
   const d = new Date(iso);
   if (Number.isNaN(d.getTime())) return '';
-  return (d.toDateString() === new Date().toDateString() ? timeFmt : dayTimeFmt).format(d);
+  return (d.toDateString() === new Date().toDateString() ? timeFmt : olderFmt(d)).format(d);
 }
 
-// A chat's time in the chat list: the time of day for today, the date before (with the year
-// when it is not this one).
+// A message's time: the day and time before today.
+function formatTime(iso) {
+  return formatWhen(iso, () => dayTimeFmt);
+}
+
+// A chat's time in the chat list: the date before today (with the year when it is not this
+// one).
 const chatDayFmt = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric' });
 const chatDateFmt = new Intl.DateTimeFormat(undefined, { year: 'numeric', month: 'short', day: 'numeric' });
 function formatChatTime(iso) {
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return '';
-  const now = new Date();
-  if (d.toDateString() === now.toDateString()) return timeFmt.format(d);
-  return (d.getFullYear() === now.getFullYear() ? chatDayFmt : chatDateFmt).format(d);
+  const thisYear = new Date().getFullYear();
+  return formatWhen(iso, (d) => (d.getFullYear() === thisYear ? chatDayFmt : chatDateFmt));
 }
 
 function setLoop(name, state) {
