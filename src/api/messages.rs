@@ -65,6 +65,8 @@ enum PageStart {
     After(Option<i64>),
     /// Before this message: the newest ones below it (history), returned ascending.
     Before(i64),
+    /// After the first message and below the second, ascending: a gap between two pages.
+    Between(i64, i64),
 }
 
 impl ListMessagesQuery {
@@ -77,13 +79,11 @@ impl ListMessagesQuery {
             .before_msg_id
             .map(|v| parse_msg_id("before_msg_id", v))
             .transpose()?;
-        match (after, before) {
-            (Some(_), Some(_)) => Err(ApiError::Validation(
-                "give after_msg_id or before_msg_id, not both".into(),
-            )),
-            (_, Some(before)) => Ok(PageStart::Before(before)),
-            (after, None) => Ok(PageStart::After(after)),
-        }
+        Ok(match (after, before) {
+            (Some(after), Some(before)) => PageStart::Between(after, before),
+            (None, Some(before)) => PageStart::Before(before),
+            (after, None) => PageStart::After(after),
+        })
     }
 }
 
@@ -120,7 +120,12 @@ fn pull(
         )?,
         PageStart::After(after) => {
             let after = after.unwrap_or(device_ack).max(floor);
-            messages::page_after(conn, GroupId(group_id), MsgId(after), limit + 1)?
+            let below = MsgId(i64::MAX);
+            messages::page_after(conn, GroupId(group_id), MsgId(after), below, limit + 1)?
+        }
+        PageStart::Between(after, before) => {
+            let after = MsgId(after.max(floor));
+            messages::page_after(conn, GroupId(group_id), after, MsgId(before), limit + 1)?
         }
     };
     let receipts = if with_receipts {
@@ -173,7 +178,7 @@ pub async fn list_messages(
         // Backwards pages drop the oldest extra row, forward pages the newest.
         match start {
             PageStart::Before(_) => drop(pulled.rows.remove(0)),
-            PageStart::After(_) => pulled.rows.truncate(limit as usize),
+            PageStart::After(_) | PageStart::Between(..) => pulled.rows.truncate(limit as usize),
         }
     }
     let last_msg_id = pulled

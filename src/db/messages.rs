@@ -556,16 +556,18 @@ pub fn delete_messages_before(
     diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)
 }
 
-/// Up to `limit` messages with ids above `after_msg_id`, ascending.
+/// Up to `limit` messages with ids above `after_msg_id` and below `below_msg_id`, ascending.
 pub fn page_after(
     conn: &mut AnyConnection,
     group_id: GroupId,
     after_msg_id: MsgId,
+    below_msg_id: MsgId,
     limit: i64,
 ) -> QueryResult<Vec<MessageRow>> {
     group_msgs::table
         .filter(group_msgs::group_id.eq(group_id))
         .filter(group_msgs::msg_id.gt(after_msg_id))
+        .filter(group_msgs::msg_id.lt(below_msg_id))
         .order(group_msgs::msg_id.asc())
         .limit(limit)
         .select(MessageRow::as_select())

@@ -13,6 +13,7 @@ on_both_engines!(
     raced_client_msg_id_stores_one_message,
     concurrent_senders_get_contiguous_ids_without_gaps,
     history_pages_backwards_in_ascending_pages,
+    a_gap_between_two_pages_is_filled_page_by_page,
     late_joiner_sees_only_later_messages,
     own_message_is_never_unread_and_reads_nothing_before_it,
 );
@@ -157,6 +158,46 @@ async fn history_pages_backwards_in_ascending_pages(app: TestApp) {
     assert_eq!(ids(&older), vec![2, 3, 4]);
     assert_eq!(ids(&oldest), vec![1]);
     assert_eq!(oldest.body["has_more"], false);
+}
+
+/// A client holding messages 1-2 and 9-10 (say, the last page before it went offline and the
+/// newest) fetches what lies between, oldest first, page by page.
+async fn a_gap_between_two_pages_is_filled_page_by_page(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    for i in 1..=10 {
+        app.send_ok("alice", group, &format!("m{i}")).await;
+    }
+    let ids = |r: &crate::helpers::TestResponse| -> Vec<i64> { crate::endpoints::msg_ids(&r.body) };
+
+    let first = app
+        .list_messages("bob", group, "?after_msg_id=2&before_msg_id=9&limit=4")
+        .await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(ids(&first), vec![3, 4, 5, 6]);
+    assert_eq!(first.body["has_more"], true, "7 and 8 remain");
+    let second = app
+        .list_messages("bob", group, "?after_msg_id=6&before_msg_id=9&limit=4")
+        .await;
+    assert_eq!(ids(&second), vec![7, 8]);
+    assert_eq!(second.body["has_more"], false, "the gap is filled");
+    assert_eq!(
+        second.body["last_msg_id"], 10,
+        "the group's newest, as always"
+    );
+
+    // Bounds with nothing between them give an empty page, not an error.
+    for query in [
+        "?after_msg_id=4&before_msg_id=5",
+        "?after_msg_id=7&before_msg_id=3",
+    ] {
+        let empty = app.list_messages("bob", group, query).await;
+        assert_eq!(empty.status, 200, "{query}: {:?}", empty.body);
+        assert_eq!(ids(&empty), Vec::<i64>::new(), "{query}");
+        assert_eq!(empty.body["has_more"], false, "{query}");
+    }
+    // Listing moves no cursor.
+    let pull = app.list_messages("bob", group, "").await;
+    assert_eq!(ids(&pull).first(), Some(&1));
 }
 
 async fn late_joiner_sees_only_later_messages(app: TestApp) {

@@ -167,7 +167,10 @@ export interface paths {
          *       `before_msg_id` (the newest `limit` messages with `msg_id < before_msg_id`),
          *       still returned ascending; `has_more` means still older messages exist. To go
          *       further back, pass the first `msg_id` of this page as the next `before_msg_id`.
-         *     - Giving both `after_msg_id` and `before_msg_id` is a 400 (`validation_failed`).
+         *     - **Both:** the messages between them (`after_msg_id < msg_id < before_msg_id`),
+         *       oldest first, as for `after_msg_id` alone but never reaching `before_msg_id`: how a
+         *       client fills a gap between two pages it holds. `has_more` means more of the gap
+         *       remains beyond the page; bounds with nothing between them give an empty page.
          *
          *     The page holds every kind of entry (see *Message kinds*): messages as they are now
          *     (edited text, or recalled and deleted ones with empty `content`), change entries with
@@ -1117,8 +1120,9 @@ export interface components {
             /** @description Messages in ascending `msg_id` order. */
             messages: components["schemas"]["Message"][];
             /**
-             * @description Forward pages: newer messages exist beyond this page. Backward pages
-             *     (`before_msg_id`): older messages exist before this page.
+             * @description Forward pages: newer messages exist beyond this page (below `before_msg_id` when
+             *     both bounds are given). Backward pages (`before_msg_id` alone): older messages
+             *     exist before this page.
              */
             has_more: boolean;
             /** @description The group's newest message id. */
@@ -2250,13 +2254,13 @@ export interface operations {
             query?: {
                 /**
                  * @description Return messages with `msg_id` greater than this. Defaults to the calling device's
-                 *     `last_ack_msg_id`. Cannot be combined with `before_msg_id`.
+                 *     `last_ack_msg_id`. With `before_msg_id`: the messages between the two.
                  * @example 0
                  */
                 after_msg_id?: number;
                 /**
                  * @description Return the page of messages just older than this `msg_id` (still ascending).
-                 *     Cannot be combined with `after_msg_id`.
+                 *     With `after_msg_id`: the messages between the two, oldest first.
                  * @example 101
                  */
                 before_msg_id?: number;
