@@ -39,8 +39,6 @@ pub struct Db {
     storage: Arc<StorageAlarm>,
     /// See [`DbSettings::shared_commits`].
     shared_commits: bool,
-    /// See [`DbSettings::sqlite_write_batch`].
-    sqlite_write_batch: usize,
 }
 
 /// How a write is published: its feed rows stamped with positions, its wake-ups sent (see
@@ -99,7 +97,6 @@ impl Db {
                     publish: Publish::InBatch,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
-                    sqlite_write_batch: settings.sqlite_write_batch,
                 }
             }
             Engine::Postgres => {
@@ -118,7 +115,6 @@ impl Db {
                     publish: Publish::AfterCommit,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
-                    sqlite_write_batch: settings.sqlite_write_batch,
                 }
             }
         };
@@ -227,13 +223,13 @@ impl Db {
         Ok(outcome.map(|(value, _)| value))
     }
 
-    /// Several clients' writes in one transaction (see [`super::shared_commits`]): `f`
-    /// stores at most `carries` of them and answers how many it stored (counted as that many
-    /// writes in one commit) and its value; what it did stands when it returns Ok and is rolled back otherwise. On
-    /// PostgreSQL it is a transaction of its own; on SQLite a savepoint in the writer lane's
-    /// next batch, so the writes of one group that queued together run their statements once
-    /// for all of them, and the batch's other writes share their commit. Published as any
-    /// write is. Only where [`Db::shares_commits`] is true.
+    /// Several clients' writes in one transaction (see [`super::shared_commits`]): `f` stores
+    /// at most `carries` of them and answers how many it stored (counted as that many writes
+    /// in one commit) and its value; what it did stands when it returns Ok and is rolled back
+    /// otherwise. On PostgreSQL it is a transaction of its own; on SQLite a savepoint in the
+    /// writer lane's next batch, so the writes of one group that queued together run their
+    /// statements once for all of them, and the batch's other writes share their commit.
+    /// Published as any write is. Only where [`Db::shares_commits`] is true.
     pub async fn write_shared<T, F>(&self, carries: usize, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut AnyConnection, &mut Wakes) -> QueryResult<(usize, T)> + Send + 'static,
@@ -305,10 +301,9 @@ impl Db {
     /// The most clients' writes one shared transaction may carry, of the `wanted`: on SQLite
     /// no more than one commit of the writer lane carries.
     pub fn shared_batch_limit(&self, wanted: usize) -> usize {
-        match self.engine {
-            Engine::Sqlite => wanted.min(self.sqlite_write_batch),
-            Engine::Postgres => wanted,
-        }
+        self.lane
+            .as_ref()
+            .map_or(wanted, |lane| wanted.min(lane.max_batch()))
     }
 
     /// Whether writes that arrive together share transactions ([`Db::write_shared`]):

@@ -144,6 +144,8 @@ pub struct WriteLane {
     jobs: mpsc::Sender<Job>,
     /// Writes submitted that have not begun to run.
     waiting: WaitCount,
+    /// The most clients' writes one commit carries.
+    max_batch: usize,
 }
 
 impl WriteLane {
@@ -154,14 +156,21 @@ impl WriteLane {
         max_batch: usize,
         counters: Arc<CommitCounters>,
     ) -> std::io::Result<WriteLane> {
+        let max_batch = max_batch.max(1);
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("chorus-sqlite-writer".into())
-            .spawn(move || run_lane(&writer, &queue, max_batch.max(1), &counters))?;
+            .spawn(move || run_lane(&writer, &queue, max_batch, &counters))?;
         Ok(WriteLane {
             jobs,
             waiting: WaitCount::default(),
+            max_batch,
         })
+    }
+
+    /// The most clients' writes one commit carries.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
     }
 
     /// How many writes wait for the lane (submitted, not yet running).
