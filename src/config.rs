@@ -312,7 +312,7 @@ pub struct Settings {
     #[arg(long, env = "CHORUS_LOG_FORMAT", value_enum, default_value_t = defaults::LOG_FORMAT, global = true)]
     pub log_format: LogFormat,
 
-    /// Log filter, in tracing's EnvFilter syntax.
+    /// Log filter: a default level and levels per target, e.g. `chorus=debug,info`.
     #[arg(long, env = "CHORUS_LOG", default_value = defaults::LOG, global = true)]
     pub log: String,
 

@@ -8,12 +8,16 @@ use chorus::db::message_changes::{Change, ChangeWindows};
 use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
 use chorus::db::AnyConnection;
 use chorus::domain::MsgId;
+use chorus::db::publish::publish_now;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
 use chorus::wake::Wakes;
 use diesel::prelude::*;
 
 use crate::support::scratch_db::analyze;
 use crate::CONTENT;
+
+/// The name seeding publishes under (it wakes no one, so nobody reads it).
+const SEEDER: &str = "bench-seeder";
 
 /// Messages per seeding transaction: enough that seeding is not bound by one flush per
 /// message. (On PostgreSQL 100 beat 1000: 1.3 vs 2.4 ms per message over the first 2000.)
@@ -24,10 +28,21 @@ pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64
     let (owner, others) = users.split_first().expect("a group needs an owner");
     let max_members = chorus::config::defaults::MAX_GROUP_MEMBERS;
     let mut wakes = Wakes::default();
-    chorus::db::groups::create_group(conn, owner, name, others, max_members, &mut wakes)
-        .expect("seed group through the db layer")
-        .expect("a seeded group fits under the cap")
-        .group_id
+    let group_id =
+        chorus::db::groups::create_group(conn, owner, name, others, max_members, &mut wakes)
+            .expect("seed group through the db layer")
+            .expect("a seeded group fits under the cap")
+            .group_id;
+    publish(conn);
+    group_id
+}
+
+/// Gives what seeding committed its feed positions, as every tool that writes outside a
+/// server must: the server publishes only its own writes, so a feed read after seeding would
+/// otherwise miss the seeded changes, and find them all after the server's next write.
+fn publish(conn: &mut AnyConnection) {
+    again_while_locked(|| publish_now(conn, SEEDER, &Wakes::default()))
+        .expect("publish what seeding stored");
 }
 
 /// One message of [`CONTENT`] from `sender`, through the same db call as a send.
@@ -58,16 +73,22 @@ fn seed_message(
     )
 }
 
-/// Runs one seeding transaction, again while SQLite says the database is locked: the server
-/// under test may be writing beside the seeder (its push job does), and a transaction that
-/// read before another writer committed cannot write and must start over.
+/// Runs one seeding transaction and publishes it, each again while SQLite says the database
+/// is locked: the server under test may be writing beside the seeder (its push job does), and
+/// a transaction that read before another writer committed cannot write and must start over.
 fn seed_transaction<F>(conn: &mut AnyConnection, mut f: F) -> diesel::QueryResult<()>
 where
     F: FnMut(&mut AnyConnection) -> diesel::QueryResult<()>,
 {
+    again_while_locked(|| conn.transaction(&mut f))?;
+    publish(conn);
+    Ok(())
+}
+
+fn again_while_locked<T>(mut f: impl FnMut() -> diesel::QueryResult<T>) -> diesel::QueryResult<T> {
     let mut tries = 0;
     loop {
-        match conn.transaction(&mut f) {
+        match f() {
             Err(diesel::result::Error::DatabaseError(_, info))
                 if info.message().contains("locked") && tries < 200 =>
             {
