@@ -1649,8 +1649,16 @@ export interface components {
             user_ids: components["schemas"]["UserId"][];
         };
         /**
-         * @description An entry to append. `kind` (default `message`) says which other fields it takes; a
-         *     field of another kind is a 400 (`validation_failed`) naming it.
+         * @description An entry to append, by `kind`: a message (`kind` absent, null or `message`), or a
+         *     `recall`, `edit` or `delete` of the earlier message `target_msg_id`. Each kind takes
+         *     only its own fields; another kind's field is a 400 (`validation_failed`) naming it,
+         *     unless it is null (read as absent, so a client may send one flat object with the
+         *     fields it does not use set to null).
+         *
+         *     The entries are told apart by `kind` alone: each branch states its own value, so
+         *     generated clients get a union that narrows on `kind`. There is no `discriminator`
+         *     object: in OpenAPI 3.1 it requires the property to be present, and `kind` may be left
+         *     out for a plain message.
          * @example {
          *       "client_msg_id": "c-0001",
          *       "content": "hello"
@@ -1661,47 +1669,118 @@ export interface components {
          *       "target_msg_id": 1
          *     }
          */
-        SendMessageRequest: {
+        SendMessageRequest: components["schemas"]["SendMessageEntry"] | components["schemas"]["SendRecallEntry"] | components["schemas"]["SendEditEntry"] | components["schemas"]["SendDeleteEntry"];
+        /**
+         * @description A new message (`kind` absent, null or `message`).
+         * @example {
+         *       "client_msg_id": "c-0001",
+         *       "content": "hello"
+         *     }
+         */
+        SendMessageEntry: {
             client_msg_id: components["schemas"]["ClientMsgId"];
             /**
-             * @description `message` when absent; or a change of `target_msg_id`: `recall` and `edit` by its
-             *     sender within the window, `delete` by the group's owner.
-             * @enum {string}
+             * @description `message`, the default.
+             * @enum {string|null}
              */
-            kind?: "message" | "recall" | "edit" | "delete";
-            /** @description The text (`message`) or the new text (`edit`); required for those two. */
-            content?: components["schemas"]["Content"];
+            kind?: "message" | null;
+            content: components["schemas"]["Content"];
             /**
-             * Format: int64
-             * @description The message to recall, edit or delete: an earlier message of this group the caller
-             *     can see. Required for `recall`, `edit`, `delete`.
-             */
-            target_msg_id?: number;
-            /**
-             * @description `message` only: members to mention by name, at most 50 (duplicates ignored, the
-             *     sender's own id accepted and not stored); a non-member is a 400. Null: none.
+             * @description Members to mention by name, at most 50 (duplicates ignored, the sender's own id
+             *     accepted and not stored); a non-member is a 400. Null: none.
              */
             mentions?: components["schemas"]["UserId"][] | null;
             /**
-             * @description `message` only: mention every member (false when absent or null). Only the
-             *     group's owner may (else 403).
+             * @description Mention every member (false when absent or null). Only the group's owner may (else
+             *     403).
              */
             mention_all?: boolean | null;
             /**
              * Format: int64
-             * @description `message` only: the earlier message of this group, which the sender can see, that
-             *     this one replies to (a recalled or deleted one is a 409 `message_retracted`).
-             *     Null: no reply.
+             * @description The earlier message of this group, which the sender can see, that this one replies
+             *     to (a recalled or deleted one is a 409 `message_retracted`). Null: no reply.
              */
             reply_to_msg_id?: number | null;
             /**
-             * @description `message` only: a JSON object of client data, at most 4096 bytes as written, stored
-             *     and returned exactly as sent. Null: none.
+             * @description A JSON object of client data, at most 4096 bytes as written, stored and returned
+             *     exactly as sent. Null: none.
              */
             ext?: {
                 [key: string]: unknown;
             } | null;
+            target_msg_id?: components["schemas"]["NotTaken"];
         };
+        /**
+         * @description Recalls the sender's own earlier message within the recall window: its text is erased
+         *     and it shows as recalled.
+         * @example {
+         *       "client_msg_id": "c-0004",
+         *       "kind": "recall",
+         *       "target_msg_id": 1
+         *     }
+         */
+        SendRecallEntry: {
+            client_msg_id: components["schemas"]["ClientMsgId"];
+            /** @constant */
+            kind: "recall";
+            target_msg_id: components["schemas"]["TargetMsgId"];
+            content?: components["schemas"]["NotTaken"];
+            mentions?: components["schemas"]["NotTaken"];
+            mention_all?: components["schemas"]["NotTaken"];
+            reply_to_msg_id?: components["schemas"]["NotTaken"];
+            ext?: components["schemas"]["NotTaken"];
+        };
+        /**
+         * @description Replaces the text of the sender's own earlier message within the edit window.
+         * @example {
+         *       "client_msg_id": "c-0005",
+         *       "kind": "edit",
+         *       "target_msg_id": 2,
+         *       "content": "@carol could you take this?"
+         *     }
+         */
+        SendEditEntry: {
+            client_msg_id: components["schemas"]["ClientMsgId"];
+            /** @constant */
+            kind: "edit";
+            target_msg_id: components["schemas"]["TargetMsgId"];
+            /** @description The new text. */
+            content: components["schemas"]["Content"];
+            mentions?: components["schemas"]["NotTaken"];
+            mention_all?: components["schemas"]["NotTaken"];
+            reply_to_msg_id?: components["schemas"]["NotTaken"];
+            ext?: components["schemas"]["NotTaken"];
+        };
+        /**
+         * @description The group's owner deletes an earlier message; its text is erased.
+         * @example {
+         *       "client_msg_id": "c-0006",
+         *       "kind": "delete",
+         *       "target_msg_id": 2
+         *     }
+         */
+        SendDeleteEntry: {
+            client_msg_id: components["schemas"]["ClientMsgId"];
+            /** @constant */
+            kind: "delete";
+            target_msg_id: components["schemas"]["TargetMsgId"];
+            content?: components["schemas"]["NotTaken"];
+            mentions?: components["schemas"]["NotTaken"];
+            mention_all?: components["schemas"]["NotTaken"];
+            reply_to_msg_id?: components["schemas"]["NotTaken"];
+            ext?: components["schemas"]["NotTaken"];
+        };
+        /**
+         * Format: int64
+         * @description The message to recall, edit or delete: an earlier message of this group the caller
+         *     can see.
+         */
+        TargetMsgId: number;
+        /**
+         * @description A field of another kind of entry: only null (read as absent) is accepted here; a value
+         *     is a 400 (`validation_failed`) naming the field.
+         */
+        NotTaken: null;
         /**
          * @example {
          *       "name": "launch team"
