@@ -5,9 +5,9 @@ use std::io::IsTerminal;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::filter::Targets;
 
 use crate::config::{LogFormat, Settings};
 

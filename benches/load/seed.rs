@@ -6,9 +6,9 @@ use chorus::config::defaults;
 use chorus::db::access::Checked;
 use chorus::db::message_changes::{Change, ChangeWindows};
 use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
+use chorus::db::publish::publish_now;
 use chorus::db::AnyConnection;
 use chorus::domain::MsgId;
-use chorus::db::publish::publish_now;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
 use chorus::wake::Wakes;
 use diesel::prelude::*;

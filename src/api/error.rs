@@ -46,6 +46,13 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     AckBeyondLastMessage(String),
+    /// The body points at an entry the group does not have for the caller (none with that
+    /// id, or one from before they joined): well formed, but nothing to act on.
+    #[error("{0}")]
+    NoSuchEntry(String),
+    /// The body mentions a user who is not a member of the group.
+    #[error("{0}")]
+    MentionOfNonMember(String),
     /// The entry is not a message with receipts (recalled, deleted, a change or a system line).
     #[error("{0}")]
     NoReceipts(String),
@@ -106,6 +113,8 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::AckBeyondLastMessage(_) => "ack_beyond_last_message",
+            ApiError::NoSuchEntry(_) => "no_such_entry",
+            ApiError::MentionOfNonMember(_) => "mention_of_non_member",
             ApiError::NoReceipts(_) => "no_receipts",
             ApiError::MessageRetracted(_) => "message_retracted",
             ApiError::NotAMessage(_) => "not_a_message",
@@ -140,7 +149,11 @@ impl ResponseError for ApiError {
             | ApiError::EditWindowPassed(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::AckBeyondLastMessage(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            // Well-formed requests that the group's state refuses: the same body may succeed
+            // later or elsewhere, unlike a 400, which no state makes valid.
+            ApiError::AckBeyondLastMessage(_)
+            | ApiError::NoSuchEntry(_)
+            | ApiError::MentionOfNonMember(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::CursorExpired(_) => StatusCode::GONE,
             ApiError::TooManyWaiters(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -310,7 +323,7 @@ fn message_refusal(refusal: Refusal) -> ApiError {
             field,
             group_id,
             msg_id,
-        } => ApiError::Validation(format!(
+        } => ApiError::NoSuchEntry(format!(
             "{field}: {msg_id} is not an earlier entry of group {group_id} that you can see"
         )),
         Refusal::NotAMessage {
@@ -340,9 +353,9 @@ fn message_refusal(refusal: Refusal) -> ApiError {
                 "message {msg_id} is older than the {window_secs} s in which it may be {done}"
             ))
         }
-        Refusal::MentionOfNonMember { user_id } => {
-            ApiError::Validation(format!("mentions: {user_id} is not a member of the group"))
-        }
+        Refusal::MentionOfNonMember { user_id } => ApiError::MentionOfNonMember(format!(
+            "mentions: {user_id} is not a member of the group"
+        )),
         other => ApiError::Internal(anyhow::anyhow!("{other:?} is not about a message")),
     }
 }
@@ -366,6 +379,8 @@ impl ApiError {
             PayloadTooLarge(m) => PayloadTooLarge(f(m)),
             UnsupportedMediaType(m) => UnsupportedMediaType(f(m)),
             AckBeyondLastMessage(m) => AckBeyondLastMessage(f(m)),
+            NoSuchEntry(m) => NoSuchEntry(f(m)),
+            MentionOfNonMember(m) => MentionOfNonMember(f(m)),
             NoReceipts(m) => NoReceipts(f(m)),
             MessageRetracted(m) => MessageRetracted(f(m)),
             NotAMessage(m) => NotAMessage(f(m)),

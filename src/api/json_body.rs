@@ -9,7 +9,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
-use serde::de::{self, DeserializeOwned, Deserializer, Unexpected, Visitor};
+use serde::de::{self, DeserializeOwned, Deserializer, Unexpected};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
@@ -38,68 +39,99 @@ impl<T: DeserializeOwned + 'static> FromRequest for JsonBody<T> {
     }
 }
 
-/// Reads an integer field as JSON Schema counts integers: `7` and `7.0` alike (a client
-/// whose numbers are all doubles, JavaScript's, may send either); `7.5`, or a number beyond
-/// 64 bits, is refused as not an integer. For `#[serde(deserialize_with = "whole_number")]`.
+/// Reads an integer field as JSON Schema counts integers: `7`, `7.0` and `7e0` alike (a client
+/// whose numbers are all doubles, JavaScript's, may send any), read from the text exactly, so
+/// `9007199254740993.0` is that integer and not the double nearest to it; `7.5`, or a number
+/// beyond 64 bits, is refused as not an integer. For `#[serde(deserialize_with = "whole_number")]`.
 pub fn whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    d.deserialize_any(WholeNumber)
+    let raw = Box::<RawValue>::deserialize(d)?;
+    whole_number_in(raw.get())
 }
 
 /// [`whole_number`] for an optional field (also with `#[serde(default)]`): null is absent.
 pub fn optional_whole_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    d.deserialize_option(OptionalWholeNumber)
+    match Option::<Box<RawValue>>::deserialize(d)? {
+        Some(raw) => whole_number_in(raw.get()).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// serde's name for an i64, which [`expected_in_words`] says as "an integer".
 const INTEGER: &str = "i64";
 
-struct WholeNumber;
-
-impl<'de> Visitor<'de> for WholeNumber {
-    type Value = i64;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(INTEGER)
+/// The integer a JSON value (its text, as written) stands for, or the error serde would give.
+fn whole_number_in<E: de::Error>(json: &str) -> Result<i64, E> {
+    if !json.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        let value: serde_json::Value = serde_json::from_str(json).map_err(E::custom)?;
+        let found = match &value {
+            serde_json::Value::String(s) => Unexpected::Str(s),
+            serde_json::Value::Bool(b) => Unexpected::Bool(*b),
+            serde_json::Value::Array(_) => Unexpected::Seq,
+            serde_json::Value::Object(_) => Unexpected::Map,
+            _ => Unexpected::Unit,
+        };
+        return Err(E::invalid_type(found, &INTEGER));
     }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
-        Ok(v)
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
-        i64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &INTEGER))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
-        // Whole and within i64 (2^63 itself is not: the cast would saturate).
-        let whole = v.fract() == 0.0 && v >= i64::MIN as f64 && v < i64::MAX as f64;
-        match whole {
-            true => Ok(v as i64),
-            false => Err(E::invalid_type(Unexpected::Float(v), &INTEGER)),
-        }
+    match whole_value(json) {
+        Some(Ok(value)) => Ok(value),
+        // A plain integer past i64 says so as an integer; anything else as a number.
+        _ => match json.parse::<u64>() {
+            Ok(big) => Err(E::invalid_value(Unexpected::Unsigned(big), &INTEGER)),
+            Err(_) => Err(E::invalid_type(
+                Unexpected::Float(json.parse().unwrap_or(f64::NAN)),
+                &INTEGER,
+            )),
+        },
     }
 }
 
-struct OptionalWholeNumber;
-
-impl<'de> Visitor<'de> for OptionalWholeNumber {
-    type Value = Option<i64>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(INTEGER)
+/// The value of a JSON number's text when it is whole: `Some(Ok)` within i64, `Some(Err)`
+/// beyond it, `None` when it has a fraction. Worked out in decimal digits, never in a double.
+fn whole_value(number: &str) -> Option<Result<i64, ()>> {
+    let (negative, unsigned) = match number.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, number),
+    };
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => (mantissa, exponent),
+        None => (unsigned, "0"),
+    };
+    let (whole_part, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole_part}{fraction}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(Ok(0));
     }
-
-    fn visit_none<E: de::Error>(self) -> Result<Option<i64>, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Option<i64>, E> {
-        Ok(None)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
-        whole_number(d).map(Some)
-    }
+    // An exponent too large for i64 is too large for any id, or too small to be whole.
+    let Ok(exponent) = exponent.trim_start_matches('+').parse::<i64>() else {
+        return match exponent.starts_with('-') {
+            true => None,
+            false => Some(Err(())),
+        };
+    };
+    let scale = exponent.saturating_sub(fraction.len() as i64);
+    let digits = if scale < 0 {
+        let dropped = usize::try_from(scale.unsigned_abs()).unwrap_or(usize::MAX);
+        let kept = digits.len().checked_sub(dropped)?;
+        if digits[kept..].bytes().any(|b| b != b'0') {
+            return None;
+        }
+        digits[..kept].to_owned()
+    } else {
+        // i64 has 19 digits: more is out of range (the leading digit is not 0).
+        match usize::try_from(scale) {
+            Ok(zeros) if digits.len().saturating_add(zeros) <= 19 => {
+                format!("{digits}{}", "0".repeat(zeros))
+            }
+            _ => return Some(Err(())),
+        }
+    };
+    // Digits left past i128 (a long integer written with a fraction of zeros) are out of range.
+    let Ok(magnitude) = digits.parse::<i128>() else {
+        return Some(Err(()));
+    };
+    let value = if negative { -magnitude } else { magnitude };
+    Some(i64::try_from(value).map_err(|_| ()))
 }
 
 /// The body, JSON already, as a `T`: an object, whose fields are checked by `T`.
@@ -278,6 +310,27 @@ mod tests {
                 -1000,
                 None,
             ),
+            // Read from the text, not through a double: each is exactly the integer written.
+            (
+                r#"{"name":"a","items":[{"group_id":3918637841708650.0,"read":2251799813685247.0}]}"#,
+                3918637841708650,
+                Some(2251799813685247),
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":9007199254740993.0,"read":9223372036854775807.000}]}"#,
+                9007199254740993,
+                Some(i64::MAX),
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":-9223372036854775808.0,"read":12.30e1}]}"#,
+                i64::MIN,
+                Some(123),
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":0.0e-7,"read":150E-1}]}"#,
+                0,
+                Some(15),
+            ),
         ] {
             let body = shaped::<Body>(json).expect("accepted");
             let item = &body.items.expect("items")[0];
@@ -295,6 +348,26 @@ mod tests {
             (
                 r#"{"name":"a","items":[{"group_id":1e300}]}"#,
                 "items[0].group_id: must be an integer, got the number 1e+300",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":3918637841708649.5}]}"#,
+                "items[0].group_id: must be an integer, got the number 3918637841708649.5",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":9223372036854775808.0}]}"#,
+                "items[0].group_id: must be an integer, got the number 9.223372036854776e+18",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":1,"read":true}]}"#,
+                "items[0].read: must be an integer, got true",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":null}]}"#,
+                "items[0].group_id: must be an integer, got null",
+            ),
+            (
+                r#"{"name":"a","items":[{"group_id":[1]}]}"#,
+                "items[0].group_id: must be an integer, got an array",
             ),
         ] {
             assert_eq!(words(json), said, "for {json}");

@@ -171,7 +171,12 @@ async fn writes_queued_behind_a_busy_database_keep_their_own_outcomes(app: TestA
             }
             Write::Outsider => assert_eq!(response.status, 403, "{:?}", response.body),
             Write::BadReply => {
-                assert_eq!(response.status, 400, "{:?}", response.body);
+                assert_eq!(
+                    (response.status, response.error_code()),
+                    (422, "no_such_entry"),
+                    "{:?}",
+                    response.body
+                );
                 assert!(response.body["error"]["message"]
                     .as_str()
                     .unwrap_or("")

@@ -452,7 +452,7 @@ async fn bad_change_requests_are_refused_naming_the_field(app: TestApp) {
         ),
         (
             json!({"kind": "recall", "target_msg_id": 99}),
-            400,
+            422,
             "target_msg_id: 99 is not",
         ),
         (
@@ -474,12 +474,17 @@ async fn bad_change_requests_are_refused_naming_the_field(app: TestApp) {
     }
     // carol joined after message 1: it is not hers to change or to point at.
     let before_join = app.change("carol", group, "recall", msg, None).await;
-    assert_eq!(before_join.status, 400, "{:?}", before_join.body);
+    assert_eq!(
+        (before_join.status, before_join.error_code()),
+        (422, "no_such_entry"),
+        "{:?}",
+        before_join.body
+    );
     assert_eq!(
         app.change("alice", group, "recall", in_other, None)
             .await
             .status,
-        400
+        422
     );
     assert_eq!(last_msg_id(&app, group).await, line, "nothing stored");
 }

@@ -282,7 +282,7 @@ async fn bad_mentions_are_refused_and_nothing_is_stored(app: TestApp) {
         (
             json!({"content": "x", "mentions": ["zed"]}),
             "bob",
-            400,
+            422,
             "mentions: zed is not a member",
         ),
         (
@@ -313,6 +313,9 @@ async fn bad_mentions_are_refused_and_nothing_is_stored(app: TestApp) {
     for (body, user, status, message) in cases {
         let r = app.send_entry(user, group, body.clone()).await;
         assert_eq!(r.status, status, "{body}: {:?}", r.body);
+        if status == 422 {
+            assert_eq!(r.error_code(), "mention_of_non_member", "{body}");
+        }
         let text = r.body["error"]["message"].as_str().unwrap_or_default();
         assert!(text.contains(message), "{body}: {text}");
     }
@@ -366,13 +369,13 @@ async fn bad_replies_are_refused_naming_the_field(app: TestApp) {
         (
             "bob",
             json!({"content": "x", "reply_to_msg_id": 100}),
-            400,
+            422,
             "reply_to_msg_id: 100",
         ),
         (
             "bob",
             json!({"content": "x", "reply_to_msg_id": line + 1}),
-            400,
+            422,
             "reply_to_msg_id",
         ),
         (
@@ -396,7 +399,7 @@ async fn bad_replies_are_refused_naming_the_field(app: TestApp) {
         (
             "carol",
             json!({"content": "x", "reply_to_msg_id": first}),
-            400,
+            422,
             "that you can see",
         ),
         (
@@ -430,7 +433,7 @@ async fn bad_replies_are_refused_naming_the_field(app: TestApp) {
         .await;
     assert_eq!(
         (foreign.status, foreign.error_code()),
-        (400, "validation_failed"),
+        (422, "no_such_entry"),
         "{:?}",
         foreign.body
     );

@@ -217,10 +217,11 @@ export interface paths {
          *     is returned with **201**. Only members may send: 404 if the group does not exist, 403
          *     if the caller is not a member.
          *
-         *     Refused, with nothing stored: a mention of a non-member, a `reply_to_msg_id` or
-         *     `target_msg_id` that is not an earlier entry of this group the caller can see
-         *     (another group's id, a future one, one from before they joined), an `ext` that is
-         *     not an object or is over 4096 bytes (400 `validation_failed`); `mention_all` by
+         *     Refused, with nothing stored: an `ext` that is not an object or is over 4096 bytes
+         *     (400 `validation_failed`); a mention of a non-member (422 `mention_of_non_member`), a
+         *     `reply_to_msg_id` or `target_msg_id` that is not an earlier entry of this group the
+         *     caller can see (another group's id, a future one, one from before they joined: 422
+         *     `no_such_entry`); `mention_all` by
          *     anyone but the owner, recalling or editing someone else's message, deleting as a
          *     non-owner (403 `forbidden`); a change after its window, or of a message already
          *     recalled or deleted, or of an entry that is not a message (409).
@@ -862,15 +863,15 @@ export interface components {
                  * @description Stable, machine-readable error code.
                  * @enum {string}
                  */
-                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "device_required" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
+                code: "invalid_json" | "invalid_query" | "invalid_path" | "validation_failed" | "unauthorized" | "device_signed_out" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "device_required" | "payload_too_large" | "unsupported_media_type" | "ack_beyond_last_message" | "no_such_entry" | "mention_of_non_member" | "no_receipts" | "message_retracted" | "not_a_message" | "recall_window_passed" | "edit_window_passed" | "cursor_expired" | "too_many_waiters" | "unavailable" | "storage_full" | "internal";
                 /** @description Human-readable explanation; for 500 always `internal error`. */
                 message: string;
             };
         };
         DevTokenRequest: {
             user_id: components["schemas"]["UserId"];
-            /** @description The device the token speaks for. Omit it for the user's default device. */
-            device_id?: components["schemas"]["DeviceId"];
+            /** @description The device the token speaks for. Omit it (or null) for the user's default device. */
+            device_id?: components["schemas"]["DeviceId"] | null;
         };
         DevToken: {
             user_id: components["schemas"]["UserId"];
@@ -1687,7 +1688,7 @@ export interface components {
             content: components["schemas"]["Content"];
             /**
              * @description Members to mention by name, at most 50 (duplicates ignored, the sender's own id
-             *     accepted and not stored); a non-member is a 400. Null: none.
+             *     accepted and not stored); a non-member is a 422 (`mention_of_non_member`). Null: none.
              */
             mentions?: components["schemas"]["UserId"][] | null;
             /**
@@ -1958,6 +1959,21 @@ export interface components {
          *     group's last message. Nothing was changed.
          */
         AckBeyondLastMessage: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Error"];
+            };
+        };
+        /**
+         * @description The body is well formed but points at something the group does not have: a
+         *     `target_msg_id` or `reply_to_msg_id` that is not an earlier entry of this group the
+         *     caller can see (none with that id, or one from before they joined: `no_such_entry`),
+         *     or a mention of a user who is not a member (`mention_of_non_member`). Nothing was
+         *     stored. The same body may succeed once the group has what it names.
+         */
+        UnknownReference: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2435,6 +2451,7 @@ export interface operations {
             409: components["responses"]["MessageStateConflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnknownReference"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
             507: components["responses"]["StorageFull"];
