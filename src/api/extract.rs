@@ -179,14 +179,16 @@ enum Accepts {
 use Accepts::{TrueOrFalse, WholeNumber};
 
 /// Every typed parameter of the API by name; a name means the same everywhere. A test checks
-/// this table against the parameters of openapi.yaml, so neither can change alone.
-const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
+/// this table against the parameters of openapi.yaml, so neither can change alone. Each says
+/// what it accepts in its errors: from its type and range, or in words of its own.
+const TYPED_PARAMETERS: &[(&str, Accepts, Said)] = &[
     (
         "group_id",
         WholeNumber {
             min: 1,
             max: i64::MAX,
         },
+        Said::ByItsType,
     ),
     (
         "msg_id",
@@ -194,6 +196,7 @@ const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
             min: 1,
             max: i64::MAX,
         },
+        Said::ByItsType,
     ),
     (
         "limit",
@@ -201,6 +204,7 @@ const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
             min: 1,
             max: MAX_PAGE_LIMIT,
         },
+        Said::ByItsType,
     ),
     (
         "after_msg_id",
@@ -208,6 +212,7 @@ const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
             min: 0,
             max: i64::MAX,
         },
+        Said::ByItsType,
     ),
     (
         "before_msg_id",
@@ -215,6 +220,7 @@ const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
             min: 0,
             max: i64::MAX,
         },
+        Said::ByItsType,
     ),
     (
         "timeout_s",
@@ -222,17 +228,26 @@ const TYPED_PARAMETERS: &[(&str, Accepts)] = &[
             min: 0,
             max: i64::MAX,
         },
+        // Said the same way whether the value is no number or a negative one.
+        Said::As(TIMEOUT_RULE),
     ),
-    ("with_receipts", TrueOrFalse),
-    ("unread_only", TrueOrFalse),
+    ("with_receipts", TrueOrFalse, Said::ByItsType),
+    ("unread_only", TrueOrFalse, Said::ByItsType),
 ];
 
+/// How a parameter's errors say what it accepts.
+#[derive(Debug, Clone, Copy)]
+enum Said {
+    ByItsType,
+    As(&'static str),
+}
+
 impl Accepts {
-    fn of(name: &str) -> Option<Accepts> {
+    fn with_words(name: &str) -> Option<(Accepts, Said)> {
         TYPED_PARAMETERS
             .iter()
-            .find(|(known, _)| *known == name)
-            .map(|(_, accepts)| *accepts)
+            .find(|(known, _, _)| *known == name)
+            .map(|(_, accepts, said)| (*accepts, *said))
     }
 
     /// Whether serde will read `value` as this type: the same `str::parse` it uses. The range
@@ -256,11 +271,10 @@ impl Accepts {
 /// `name: rule` for the first parameter whose value its type cannot hold.
 fn explain_bad_parameter(pairs: &[(String, String)]) -> Option<String> {
     pairs.iter().find_map(|(name, value)| {
-        let accepts = Accepts::of(name)?;
-        let rule = match name.as_str() {
-            // Said the same way whether the value is no number or a negative one.
-            "timeout_s" => TIMEOUT_RULE.to_owned(),
-            _ => accepts.rule(),
+        let (accepts, said) = Accepts::with_words(name)?;
+        let rule = match said {
+            Said::As(words) => words.to_owned(),
+            Said::ByItsType => accepts.rule(),
         };
         (!accepts.parses(value)).then(|| format!("{name}: {rule}"))
     })
@@ -370,9 +384,13 @@ mod tests {
     fn the_table_of_typed_parameters_matches_openapi_yaml() {
         let in_spec = typed_parameters_of_the_spec();
         for (name, accepts) in &in_spec {
-            assert_eq!(Accepts::of(name), Some(*accepts), "{name} in openapi.yaml");
+            assert_eq!(
+                Accepts::with_words(name).map(|(known, _)| known),
+                Some(*accepts),
+                "{name} in openapi.yaml"
+            );
         }
-        for (name, _) in TYPED_PARAMETERS {
+        for (name, _, _) in TYPED_PARAMETERS {
             assert!(
                 in_spec.iter().any(|(n, _)| n == name),
                 "{name} is not a parameter of openapi.yaml"
