@@ -1528,7 +1528,7 @@ export interface components {
          *     retention period (default 7 days). Not to be confused with a member's cursors
          *     (`last_ack_msg_id`, `last_read_msg_id`: their positions in a group) or with the page
          *     tokens of list endpoints (`next_cursor`).
-         * @example MS5yLjE3MTQ1NTQyNDAuNTo1Og
+         * @example My5yLjE3MTQ1NTQyNDAuNQ.AvZw3e576RS-oz7la6wyYA
          */
         FeedPosition: string;
         /**
@@ -1542,7 +1542,7 @@ export interface components {
          *           "delivered_count": 1
          *         }
          *       ],
-         *       "cursor": "MS5yLjE3MTQ1NTQyNDAuNTo1Og",
+         *       "cursor": "My5yLjE3MTQ1NTQyNDAuNQ.AvZw3e576RS-oz7la6wyYA",
          *       "has_more": false
          *     }
          */
@@ -1581,7 +1581,7 @@ export interface components {
          *       ],
          *       "removed_group_ids": [],
          *       "total_unread": 2,
-         *       "cursor": "Mi5tLjE3MTQ1NTQxNTAuczozLDEsNA.Qm9iUmVjZWl2ZWRUd28wMQ",
+         *       "cursor": "My5tLjE3MTQ1NTQxNTAuNA.Qm9iUmVjZWl2ZWRUd28wMQ",
          *       "has_more": false
          *     }
          */
@@ -2837,7 +2837,7 @@ export interface operations {
                  * @description The `cursor` of the previous answer from `/v1/sync`. Omit it to get the current
                  *     cursor at once. A value this server did not issue for this feed is a 400
                  *     (`validation_failed`); one older than the retention period is a 410.
-                 * @example Mi5tLjE3MTQ1NTQwMzAuczoxLDEsNA.0tGdMwqq3b2Bz5w7V8rS1A
+                 * @example My5tLjE3MTQ1NTQwMzAuNA.0tGdMwqq3b2Bz5w7V8rS1A
                  */
                 cursor?: components["schemas"]["FeedPosition"];
                 /**
@@ -2888,7 +2888,7 @@ export interface operations {
                  * @description The `cursor` of the previous answer from `/v1/receipts`. Omit it to get the
                  *     current cursor at once. A value this server did not issue for this feed is a 400
                  *     (`validation_failed`); one older than the retention period is a 410.
-                 * @example MS5yLjE3MTQ1NTQxODAuMzozOg
+                 * @example My5yLjE3MTQ1NTQxODAuMw.tpxkpLty_QRL_qKcVBUc5g
                  */
                 cursor?: components["schemas"]["FeedPosition"];
                 /**
