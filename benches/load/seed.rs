@@ -38,7 +38,8 @@ pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64
 }
 
 /// Gives what seeding committed its feed positions, as every tool that writes outside a
-/// server must: the server publishes only its own writes, so a feed read after seeding would
+/// server must: on SQLite the server publishes only what its own writer stores (on PostgreSQL
+/// its once-a-second sweep would find the rows, later), so a feed read after seeding would
 /// otherwise miss the seeded changes, and find them all after the server's next write.
 fn publish(conn: &mut AnyConnection) {
     again_while_locked(|| publish_now(conn, SEEDER, &Wakes::default()))
@@ -85,6 +86,8 @@ where
     Ok(())
 }
 
+/// Runs `f` again, a few milliseconds later, for as long as SQLite answers "locked" (at most
+/// 200 times): a seeding statement that meets the server's writer waits its turn.
 fn again_while_locked<T>(mut f: impl FnMut() -> diesel::QueryResult<T>) -> diesel::QueryResult<T> {
     let mut tries = 0;
     loop {

@@ -108,6 +108,13 @@ fn type_name(schema: &Value) -> String {
         let name = r.rsplit('/').next().unwrap_or(r);
         return format!("<a href=\"#schema-{name}\">{name}</a>");
     }
+    // A choice between schemas (a body of several kinds, a value or null) names each one; a
+    // single `allOf` is how a field adds a description to a named schema.
+    for (key, join) in [("oneOf", " | "), ("anyOf", " | "), ("allOf", " & ")] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            return branches.iter().map(type_name).collect::<Vec<_>>().join(join);
+        }
+    }
     match schema.get("type") {
         Some(Value::String(t)) if t == "array" => {
             format!("array of {}", type_name(&schema["items"]))
@@ -300,6 +307,20 @@ fn render_schema(html: &mut String, name: &str, schema: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_choice_of_schemas_names_each_branch() {
+        let link = |name: &str| format!("<a href=\"#schema-{name}\">{name}</a>");
+        let one_of: Value = serde_yaml::from_str(
+            "oneOf: [{$ref: '#/components/schemas/A'}, {$ref: '#/components/schemas/B'}]",
+        )
+        .unwrap();
+        assert_eq!(type_name(&one_of), format!("{} | {}", link("A"), link("B")));
+        let nullable: Value =
+            serde_yaml::from_str("anyOf: [{$ref: '#/components/schemas/A'}, {type: 'null'}]")
+                .unwrap();
+        assert_eq!(type_name(&nullable), format!("{} | null", link("A")));
+    }
 
     #[test]
     fn markdown_renders_lists_code_emphasis_and_headings_below_the_page_sections() {

@@ -54,10 +54,15 @@ const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How often a publisher looks for rows left unpublished (an instance died after its commit).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// Which feeds hold rows waiting for a position.
 #[derive(QueryableByName)]
 struct Pending {
     #[diesel(sql_type = Bool)]
-    pending: bool,
+    group_msgs: bool,
+    #[diesel(sql_type = Bool)]
+    receipt_events: bool,
+    #[diesel(sql_type = Bool)]
+    member_events: bool,
 }
 
 /// Stamps every committed unpublished feed row with the clock's next value, inside the
@@ -67,20 +72,36 @@ struct Pending {
 /// stamped twice.
 pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
     // Three probes of small partial indexes: most rounds on an idle system stop here and
-    // take no lock.
-    let pending: Vec<Pending> = diesel::sql_query(
-        "SELECT (EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) \
-              OR EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) \
-              OR EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL)) AS pending",
-    )
-    .load(conn)?;
-    if !pending.first().is_some_and(|p| p.pending) {
+    // take no lock, and a busy one updates only the feeds that have rows waiting (a batch of
+    // sends, SQLite's commonest, has only messages): every statement saved is saved per commit.
+    let pending: Vec<Pending> = RawSql::default()
+        .sql(
+            "SELECT EXISTS (SELECT 1 FROM group_msgs WHERE pos IS NULL) AS group_msgs, \
+                    EXISTS (SELECT 1 FROM receipt_events WHERE pos IS NULL) AS receipt_events, \
+                    EXISTS (SELECT 1 FROM member_events WHERE pos IS NULL) AS member_events",
+        )
+        .keep_prepared()
+        .load(conn)?;
+    let Some(pending) = pending.first() else {
+        return Ok(false);
+    };
+    let waiting = [
+        pending.group_msgs,
+        pending.receipt_events,
+        pending.member_events,
+    ];
+    if !waiting.contains(&true) {
         return Ok(false);
     }
     let next = "(SELECT published FROM feed_clock WHERE clock_id = 0)";
-    diesel::sql_query(MOVE_CLOCK).execute(conn)?;
-    for table in FEEDS {
-        diesel::sql_query(format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
+    RawSql::default()
+        .sql(MOVE_CLOCK)
+        .keep_prepared()
+        .execute(conn)?;
+    for (table, _) in FEEDS.iter().zip(waiting).filter(|(_, waits)| *waits) {
+        RawSql::default()
+            .sql(&format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
+            .keep_prepared()
             .execute(conn)?;
     }
     Ok(true)

@@ -195,7 +195,8 @@ export interface paths {
          *     (`last_msg_id + 1`; ids are contiguous). `kind` says what it is: `message` (the
          *     default), or a change of the earlier message `target_msg_id`: `recall` or `edit` by
          *     its sender within the window, `delete` by the group's owner (see *Message kinds*).
-         *     Each kind takes only its own fields; another kind's field is a 400 naming it.
+         *     Each kind takes only its own fields; another kind's field is a 400 naming it (null
+         *     is read as absent).
          *
          *     | `kind` | required | optional |
          *     |---|---|---|
@@ -221,10 +222,10 @@ export interface paths {
          *     (400 `validation_failed`); a mention of a non-member (422 `mention_of_non_member`), a
          *     `reply_to_msg_id` or `target_msg_id` that is not an earlier entry of this group the
          *     caller can see (another group's id, a future one, one from before they joined: 422
-         *     `no_such_entry`); `mention_all` by
-         *     anyone but the owner, recalling or editing someone else's message, deleting as a
-         *     non-owner (403 `forbidden`); a change after its window, or of a message already
-         *     recalled or deleted, or of an entry that is not a message (409).
+         *     `no_such_entry`); `mention_all` by anyone but the owner, recalling or editing
+         *     someone else's message, deleting as a non-owner (403 `forbidden`); a change after its
+         *     window, or of a message already recalled or deleted, or of an entry that is not a
+         *     message (409).
          */
         post: operations["sendMessage"];
         delete?: never;
@@ -1971,7 +1972,8 @@ export interface components {
          *     `target_msg_id` or `reply_to_msg_id` that is not an earlier entry of this group the
          *     caller can see (none with that id, or one from before they joined: `no_such_entry`),
          *     or a mention of a user who is not a member (`mention_of_non_member`). Nothing was
-         *     stored. The same body may succeed once the group has what it names.
+         *     stored. Unlike a 400, the body is not wrong in itself: a mention may succeed once
+         *     the user is added, a reference to an id beyond the group's last entry once it exists.
          */
         UnknownReference: {
             headers: {
