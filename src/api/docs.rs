@@ -112,7 +112,11 @@ fn type_name(schema: &Value) -> String {
     // single `allOf` is how a field adds a description to a named schema.
     for (key, join) in [("oneOf", " | "), ("anyOf", " | "), ("allOf", " & ")] {
         if let Some(branches) = schema.get(key).and_then(Value::as_array) {
-            return branches.iter().map(type_name).collect::<Vec<_>>().join(join);
+            return branches
+                .iter()
+                .map(type_name)
+                .collect::<Vec<_>>()
+                .join(join);
         }
     }
     match schema.get("type") {

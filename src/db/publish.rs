@@ -100,7 +100,9 @@ pub fn publish_pending(conn: &mut AnyConnection) -> QueryResult<bool> {
         .execute(conn)?;
     for (table, _) in FEEDS.iter().zip(waiting).filter(|(_, waits)| *waits) {
         RawSql::default()
-            .sql(&format!("UPDATE {table} SET pos = {next} WHERE pos IS NULL"))
+            .sql(&format!(
+                "UPDATE {table} SET pos = {next} WHERE pos IS NULL"
+            ))
             .keep_prepared()
             .execute(conn)?;
     }
