@@ -215,13 +215,22 @@ pub struct MessageRef {
     pub msg_id: i64,
 }
 
-/// Groups with changes for `user_id` published after `from` and by `end`, ordered by id, after
-/// `after_group_id`: messages sent since they joined, and changes to their own membership
-/// state (read elsewhere, joined, left), except reads by the polling device itself, which
-/// already knows of them. Returns the watermark that ends the window with them.
+/// Where a feed read of one user looks: the user (and, when the engine can use them, their
+/// groups, so that it reads those groups' shards alone: [`super::user_groups::UserGroups::to_prune`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Reader<'a> {
+    pub user_id: &'a str,
+    pub groups: Option<&'a [i64]>,
+}
+
+/// Groups with changes for the reader published after `from` and by `end`, ordered by id,
+/// after `after_group_id`: messages sent since they joined, and changes to their own
+/// membership state (read elsewhere, joined, left), except reads by the polling device itself,
+/// which already knows of them. The reader's groups, when named, must include those they left.
+/// Returns the watermark that ends the window with them.
 pub fn changed_groups(
     conn: &mut AnyConnection,
-    user_id: &str,
+    reader: Reader<'_>,
     device_column: &str,
     from: Watermark,
     end: WindowEnd,
@@ -231,7 +240,7 @@ pub fn changed_groups(
     read_feed::<GroupAt>(conn, end, CHANGED_GROUPS_ORDER, |start, to| {
         changed_groups_query(
             start,
-            user_id,
+            reader,
             device_column,
             from,
             to,
@@ -243,13 +252,14 @@ pub fn changed_groups(
 
 fn changed_groups_query(
     start: RawSql,
-    user_id: &str,
+    reader: Reader<'_>,
     device_column: &str,
     from: Watermark,
     to: WindowEnd,
     after_group_id: i64,
     limit: i64,
 ) -> RawSql {
+    let Reader { user_id, groups } = reader;
     let query = start
         .sql(
             "SELECT group_id FROM ( \
@@ -259,12 +269,14 @@ fn changed_groups_query(
         .text(user_id)
         .sql(" WHERE m.msg_id > gm.joined_after_msg_id AND ");
     let query = window(query, "m", from, to)
+        .within_groups("m.group_id", groups)
         .sql(" UNION SELECT e.group_id AS group_id FROM member_events e WHERE e.user_id = ")
         .text(user_id)
         .sql(" AND NOT (e.kind = 'read' AND e.device_id = ")
         .text(device_column)
         .sql(") AND ");
     window(query, "e", from, to)
+        .within_groups("e.group_id", groups)
         .sql(" ) changed WHERE group_id > ")
         .int(after_group_id)
         .sql(CHANGED_GROUPS_ORDER)
@@ -273,31 +285,35 @@ fn changed_groups_query(
         .keep_prepared()
 }
 
-/// Messages sent by `sender_id` whose receipts changed (published) after `from` and by `end` (someone
+/// Messages sent by `sender` whose receipts changed (published) after `from` and by `end` (someone
 /// else acked a range covering them), ordered by (group, msg), after `after`. Only messages the
 /// sender may still see: in groups they belong to, sent since they (last) joined. Returns the
 /// watermark that ends the window with them.
 pub fn changed_receipts(
     conn: &mut AnyConnection,
-    sender_id: &str,
+    sender: Reader<'_>,
     from: Watermark,
     end: WindowEnd,
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<(Watermark, Vec<MessageRef>)> {
     read_feed::<MessageAt>(conn, end, CHANGED_RECEIPTS_ORDER, |start, to| {
-        changed_receipts_query(start, sender_id, from, to, after, limit)
+        changed_receipts_query(start, sender, from, to, after, limit)
     })
 }
 
 fn changed_receipts_query(
     start: RawSql,
-    sender_id: &str,
+    sender: Reader<'_>,
     from: Watermark,
     to: WindowEnd,
     after: MessageRef,
     limit: i64,
 ) -> RawSql {
+    let Reader {
+        user_id: sender_id,
+        groups,
+    } = sender;
     let query = start
         .sql(
             "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
@@ -320,6 +336,7 @@ fn changed_receipts_query(
         .int(after.msg_id)
         .sql(")) AND ");
     window(query, "e", from, to)
+        .within_groups("e.group_id", groups)
         .sql(CHANGED_RECEIPTS_ORDER)
         .sql(" LIMIT ")
         .int(limit)
@@ -354,7 +371,11 @@ mod tests {
         let sql = |from: i64, user: &str| {
             with_clock(
                 |start| {
-                    changed_groups_query(start, user, "", Watermark(from), WindowEnd::Now, 0, 10)
+                    let reader = Reader {
+                        user_id: user,
+                        groups: None,
+                    };
+                    changed_groups_query(start, reader, "", Watermark(from), WindowEnd::Now, 0, 10)
                 },
                 CHANGED_GROUPS_ORDER,
             )
@@ -381,8 +402,12 @@ mod tests {
     fn windows_bind_the_watermarks_so_the_text_never_changes() {
         let end = WindowEnd::At(Watermark(12));
         let start = RawSql::default;
-        let sql = changed_groups_query(start(), "bob", "phone", Watermark(5), end, 0, 10);
-        let other = changed_groups_query(start(), "ann", "", Watermark(7), end, 4, 10);
+        let reader = |user_id| Reader {
+            user_id,
+            groups: None,
+        };
+        let sql = changed_groups_query(start(), reader("bob"), "phone", Watermark(5), end, 0, 10);
+        let other = changed_groups_query(start(), reader("ann"), "", Watermark(7), end, 4, 10);
         let sql = sql.as_text();
         assert_eq!(
             sql,

@@ -1,6 +1,7 @@
 //! Citus: the schema distributed by key, so that every write of a group (its row, members,
 //! messages, receipts, cursors and what pushes told its members' devices) lands on the one
-//! shard that holds the group, and a device's own rows on the shard of the device.
+//! shard that holds the group, a device's own rows on the shard of the device, and the list of
+//! a user's groups on the shard of the user.
 //!
 //! A PostgreSQL database with the `citus` extension gets its tables distributed when Chorus
 //! starts on it (while they are empty: a fresh schema costs nothing to distribute), or by
@@ -48,6 +49,7 @@ const TABLES: &[(&str, Placement)] = &[
             column: "device_id",
         },
     ),
+    ("user_groups", Placement::ByKey { column: "user_id" }),
     ("feed_clock", Placement::Everywhere),
     // Any node an instance attaches to can tell whether the schema is current.
     ("__diesel_schema_migrations", Placement::Everywhere),

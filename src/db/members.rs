@@ -17,6 +17,7 @@ use super::raw_sql::{RawSql, Value};
 use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
 use super::unread::own_messages_passed;
+use super::user_groups;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, groups};
@@ -139,6 +140,7 @@ pub fn insert_joined(
     cursor_moves.write(conn)?;
     count_members(conn, group_id, rows.len() as i64)?;
     let joined: Vec<&str> = rows.iter().map(|r| r.user_id.as_str()).collect();
+    user_groups::record_joined(conn, group_id, &joined)?;
     record_member_events(
         conn,
         group_id,
@@ -198,6 +200,7 @@ pub fn remove_member(
     );
     cursor_moves.write(conn)?;
     count_members(conn, group_id, -1)?;
+    user_groups::record_left(conn, group_id, user_id)?;
     let line = if user_id == actor_id {
         SystemLine::Left
     } else {
@@ -226,14 +229,6 @@ pub fn remove_member(
     wakes.record(WakeEvent::CursorMoved(group_id));
     wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
     Ok(Ok(()))
-}
-
-/// The ids of every group the user belongs to (what their long-polls wait on).
-pub fn my_group_ids(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<i64>> {
-    group_members::table
-        .filter(group_members::user_id.eq(user_id))
-        .select(group_members::group_id)
-        .load(conn)
 }
 
 /// A member's cursors after an ack, decided from the membership row as locked: each only

@@ -42,6 +42,7 @@ pub mod shared_sends;
 mod storage;
 pub mod system_lines;
 pub mod unread;
+pub mod user_groups;
 mod wait_count;
 mod write_lane;
 

@@ -133,6 +133,17 @@ impl RawSql {
         }
     }
 
+    /// Appends ` AND <column> IN (<groups>)` when `groups` names them (see
+    /// [`super::user_groups::UserGroups::to_prune`]): Citus runs a statement that names its
+    /// groups on those groups' shards alone. No groups at all is a condition no row meets.
+    pub fn within_groups(self, column: &str, groups: Option<&[i64]>) -> Self {
+        match groups {
+            None => self,
+            Some([]) => self.sql(" AND 1 = 0"),
+            Some(groups) => self.sql(&format!(" AND {column} IN ")).int_list(groups),
+        }
+    }
+
     /// Appends a placeholder for a text value and binds it.
     pub fn text(mut self, value: &str) -> Self {
         self.segments

@@ -17,6 +17,8 @@ on_both_engines!(
     reading_on_the_laptop_clears_the_phone_badge_through_sync,
     a_device_is_not_told_of_its_own_reads,
     being_added_and_removed_appear_in_sync_on_every_device,
+    a_device_offline_while_its_user_was_removed_learns_of_it_when_back,
+    a_member_removed_and_added_back_is_told_and_woken_again,
     delivered_counts_a_member_once_whichever_device_received_it,
     requests_without_a_device_keep_the_default_device_cursor,
     a_send_from_a_device_moves_only_that_devices_cursor,
@@ -288,6 +290,73 @@ async fn being_added_and_removed_appear_in_sync_on_every_device(app: TestApp) {
     );
     let mine = app.my_groups("bob#phone", "").await;
     assert_eq!(mine.body["groups"], json!([]));
+}
+
+fn group_ids(groups: &serde_json::Value) -> Vec<i64> {
+    groups
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| g["group_id"].as_i64().expect("group_id"))
+        .collect()
+}
+
+async fn a_device_offline_while_its_user_was_removed_learns_of_it_when_back(app: TestApp) {
+    // Bob is in two groups; his laptop takes a sync cursor and goes offline.
+    let kept = app.group_with("alice", &["bob"]).await;
+    let left = app.group_with("carol", &["bob"]).await;
+    let laptop = app.cursor("bob#laptop", "/v1/sync").await;
+
+    // While it is away, carol removes him from her group and alice writes in hers.
+    assert_eq!(app.remove_member("carol", left, "bob").await.status, 204);
+    app.send_ok("alice", kept, "while you were away").await;
+    app.send_ok("carol", left, "after bob left").await;
+
+    // Back online, its first poll answers at once with both changes.
+    let poll = app
+        .poll_sync("bob#laptop", &format!("?cursor={laptop}&timeout_s=5"))
+        .await;
+    assert_eq!(poll.status, 200);
+    assert_eq!(group_ids(&poll.body["groups"]), [kept]);
+    assert_eq!(unread_of(&poll.body, kept), 1);
+    assert_eq!(poll.body["removed_group_ids"], json!([left]));
+    assert_eq!(
+        poll.body["total_unread"], 1,
+        "the group he left counts nothing"
+    );
+    let mine = app.my_groups("bob#laptop", "").await;
+    assert_eq!(group_ids(&mine.body["groups"]), [kept]);
+}
+
+async fn a_member_removed_and_added_back_is_told_and_woken_again(app: TestApp) {
+    let group = app.group_with("alice", &["bob"]).await;
+    assert_eq!(app.remove_member("alice", group, "bob").await.status, 204);
+    let phone = app.cursor("bob#phone", "/v1/sync").await;
+
+    assert_eq!(app.add_members("alice", group, &["bob"]).await.status, 200);
+
+    let poll = app
+        .poll_sync("bob#phone", &format!("?cursor={phone}&timeout_s=5"))
+        .await;
+    assert_eq!(group_ids(&poll.body["groups"]), [group], "back in the list");
+    assert_eq!(poll.body["removed_group_ids"], json!([]));
+    let mine = app.my_groups("bob#phone", "").await;
+    assert_eq!(group_ids(&mine.body["groups"]), [group]);
+
+    // A poll waiting after his return is woken by the group's next message.
+    let cursor = poll.body["cursor"].as_str().expect("cursor").to_owned();
+    let query = format!("?cursor={cursor}&timeout_s=20");
+    let started = std::time::Instant::now();
+    let (woken, _) = tokio::join!(app.poll_sync("bob#phone", &query), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.send_ok("alice", group, "welcome back").await
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "woken, not timed out"
+    );
+    assert_eq!(group_ids(&woken.body["groups"]), [group]);
+    assert_eq!(unread_of(&woken.body, group), 1);
 }
 
 async fn delivered_counts_a_member_once_whichever_device_received_it(app: TestApp) {
