@@ -203,20 +203,17 @@ pub struct CursorCounts {
 }
 
 impl CursorCounts {
-    /// One statement, so one snapshot and one round trip. `oldest <= newest`.
-    pub fn read(
-        conn: &mut AnyConnection,
+    /// Appends a statement that reads the histogram of `group_id`'s cursors from `oldest` to
+    /// `newest` (`oldest <= newest`): a row with the sums at or above `newest`, then a row per
+    /// place between them, each with the columns `msg_id`, `read`, `delivered` and `joined`.
+    /// A caller wraps it as a subquery to read it beside other figures in one snapshot.
+    pub fn query(
+        query: RawSql,
+        conn: &AnyConnection,
         group_id: GroupId,
         oldest: i64,
         newest: i64,
-    ) -> QueryResult<CursorCounts> {
-        #[derive(QueryableByName)]
-        struct Row {
-            #[diesel(sql_type = BigInt)]
-            msg_id: i64,
-            #[diesel(embed)]
-            tally: Tally,
-        }
+    ) -> RawSql {
         let histogram = match conn {
             AnyConnection::Postgresql(_) => {
                 "(SELECT group_id, msg_id, read_members, delivered_members, joined_members \
@@ -229,7 +226,7 @@ impl CursorCounts {
         let sums = "CAST(COALESCE(sum(read_members), 0) AS BIGINT) AS read, \
                     CAST(COALESCE(sum(delivered_members), 0) AS BIGINT) AS delivered, \
                     CAST(COALESCE(sum(joined_members), 0) AS BIGINT) AS joined";
-        let rows: Vec<Row> = RawSql::default()
+        query
             .sql("SELECT CAST(")
             .int(newest)
             .sql(&format!(
@@ -247,11 +244,13 @@ impl CursorCounts {
             .sql(" AND msg_id < ")
             .int(newest)
             .sql(" GROUP BY msg_id")
-            .keep_prepared()
-            .load(conn)?;
-        Ok(CursorCounts {
-            rows: rows.into_iter().map(|r| (r.msg_id, r.tally)).collect(),
-        })
+    }
+
+    /// The histogram from the rows [`CursorCounts::query`] returned.
+    pub fn from_rows(rows: impl IntoIterator<Item = (i64, Tally)>) -> CursorCounts {
+        CursorCounts {
+            rows: rows.into_iter().collect(),
+        }
     }
 
     /// How many members have each cursor at or above `msg_id`, which lies in the range read.

@@ -11,7 +11,7 @@
 //! A member's cursors start where they joined and never go back, so every member who joined
 //! after `m` also has both cursors at or above `m`. That turns each count into differences of
 //! "how many members have this cursor at or above `m`", which [`super::cursor_counts`], a
-//! histogram of the cursors kept by triggers, answers from a few rows.
+//! histogram of the cursors kept by the statements that move them, answers from a few rows.
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -29,9 +29,9 @@ pub struct ReceiptCounts {
     pub delivered_count: i64,
 }
 
-/// The receipt counts of messages `msg_ids` of one sender in one group, in the order given,
-/// all read in one snapshot. Two statements however many messages: the group's size and the
-/// sender's row, and the histogram of the cursors from the oldest message up.
+/// The receipt counts of messages `msg_ids` of one sender in one group, in the order given.
+/// One statement however many messages, so one snapshot: the group's size and the sender's
+/// row beside the histogram of the cursors from the oldest message up.
 pub fn receipt_counts(
     conn: &mut AnyConnection,
     group_id: GroupId,
@@ -41,9 +41,7 @@ pub fn receipt_counts(
     if msg_ids.is_empty() {
         return Ok(Vec::new());
     }
-    in_snapshot(conn, |conn| {
-        counts_in_snapshot(conn, group_id, sender_id, msg_ids)
-    })
+    counts_of_messages(conn, group_id, sender_id, msg_ids)
 }
 
 /// One message's receipt counts and a page of its audience (see [`audience_page`]), read in
@@ -57,7 +55,7 @@ pub fn message_receipts(
     limit: i64,
 ) -> QueryResult<(ReceiptCounts, Vec<(String, bool)>)> {
     in_snapshot(conn, |conn| {
-        let counts = counts_in_snapshot(conn, group_id, sender_id, &[msg_id])?;
+        let counts = counts_of_messages(conn, group_id, sender_id, &[msg_id])?;
         let counts = counts
             .into_iter()
             .next()
@@ -67,8 +65,8 @@ pub fn message_receipts(
     })
 }
 
-/// [`receipt_counts`] inside a snapshot the caller holds; `msg_ids` is not empty.
-fn counts_in_snapshot(
+/// [`receipt_counts`] in one statement; `msg_ids` is not empty.
+fn counts_of_messages(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sender_id: &str,
@@ -77,8 +75,7 @@ fn counts_in_snapshot(
     let (oldest, newest) = (msg_ids.iter()).fold((i64::MAX, i64::MIN), |(oldest, newest), m| {
         (oldest.min(m.0), newest.max(m.0))
     });
-    let standing = group_standing(conn, group_id, sender_id)?;
-    let cursors = CursorCounts::read(conn, group_id, oldest, newest)?;
+    let (standing, cursors) = standing_and_cursors(conn, group_id, sender_id, oldest, newest)?;
     Ok(msg_ids
         .iter()
         .map(|m| standing.counts(m.0, &cursors.at_or_above(m.0)))
@@ -164,11 +161,15 @@ struct Standing {
     sender: Option<SenderCursors>,
 }
 
-fn group_standing(
+/// The group's size and the sender's cursors, and the histogram of the cursors from `oldest`
+/// to `newest`, read by one statement: every histogram row carries the group's figures.
+fn standing_and_cursors(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sender_id: &str,
-) -> QueryResult<Standing> {
+    oldest: i64,
+    newest: i64,
+) -> QueryResult<(Standing, CursorCounts)> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = BigInt)]
@@ -179,26 +180,32 @@ fn group_standing(
         last_read_msg_id: Option<i64>,
         #[diesel(sql_type = Nullable<BigInt>)]
         delivered_msg_id: Option<i64>,
+        #[diesel(sql_type = BigInt)]
+        msg_id: i64,
+        #[diesel(embed)]
+        tally: Tally,
     }
-    let rows: Vec<Row> = RawSql::default()
+    let query = RawSql::default()
         .sql(
-            "SELECT g.member_count, m.joined_after_msg_id, m.last_read_msg_id, \
+            "SELECT s.member_count, s.joined_after_msg_id, s.last_read_msg_id, \
+             s.delivered_msg_id, c.msg_id, c.read, c.delivered, c.joined FROM \
+             (SELECT g.member_count, m.joined_after_msg_id, m.last_read_msg_id, \
              m.delivered_msg_id FROM groups g LEFT JOIN group_members m \
              ON m.group_id = g.group_id AND m.user_id = ",
         )
         .text(sender_id)
         .sql(" WHERE g.group_id = ")
         .int(group_id.0)
+        .sql(") s CROSS JOIN (");
+    let rows: Vec<Row> = CursorCounts::query(query, conn, group_id, oldest, newest)
+        .sql(") c")
         .keep_prepared()
         .load(conn)?;
-    let row = rows
-        .into_iter()
-        .next()
-        .ok_or(diesel::result::Error::NotFound)?;
+    let first = rows.first().ok_or(diesel::result::Error::NotFound)?;
     let sender = match (
-        row.joined_after_msg_id,
-        row.last_read_msg_id,
-        row.delivered_msg_id,
+        first.joined_after_msg_id,
+        first.last_read_msg_id,
+        first.delivered_msg_id,
     ) {
         (Some(joined_after), Some(read), Some(delivered)) => Some(SenderCursors {
             joined_after,
@@ -207,10 +214,12 @@ fn group_standing(
         }),
         _ => None,
     };
-    Ok(Standing {
-        members: row.member_count,
+    let standing = Standing {
+        members: first.member_count,
         sender,
-    })
+    };
+    let cursors = CursorCounts::from_rows(rows.into_iter().map(|r| (r.msg_id, r.tally)));
+    Ok((standing, cursors))
 }
 
 impl Standing {
