@@ -12,7 +12,6 @@ use crate::db::devices::forget_devices_before;
 use crate::db::member_events::delete_member_events_before;
 use crate::db::messages::delete_messages_before;
 use crate::db::receipts::delete_changes_before;
-use crate::db::user_groups::delete_left_before;
 use crate::db::{AnyConnection, Db, DbError};
 use crate::wake::Wakes;
 
@@ -36,8 +35,6 @@ pub struct RetentionPolicy {
 pub struct Swept {
     pub receipt_changes: usize,
     pub member_events: usize,
-    /// Groups users left, kept in their list of groups while the member events told of it.
-    pub groups_left: usize,
     pub devices: usize,
     pub messages: usize,
 }
@@ -55,10 +52,6 @@ pub async fn sweep(db: &Db, policy: RetentionPolicy) -> Result<Swept, DbError> {
         .await?,
         member_events: delete_in_batches(db, move |conn, _| {
             delete_member_events_before(conn, changes_cutoff, BATCH)
-        })
-        .await?,
-        groups_left: delete_in_batches(db, move |conn, _| {
-            delete_left_before(conn, changes_cutoff, BATCH)
         })
         .await?,
         devices: delete_in_batches(db, move |conn, _| {
@@ -105,7 +98,6 @@ pub async fn run(db: Db, policy: RetentionPolicy, interval: Duration) {
             Ok(swept) => tracing::info!(
                 receipt_changes = swept.receipt_changes,
                 member_events = swept.member_events,
-                groups_left = swept.groups_left,
                 devices = swept.devices,
                 messages = swept.messages,
                 "expired rows deleted"

@@ -23,7 +23,7 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::AppState;
 use crate::db::changes::{current_watermark, Feed, MessageRef, Watermark, WindowEnd};
-use crate::db::user_groups::{of_user, UserGroups};
+use crate::db::user_groups::group_ids_of;
 use crate::db::{AnyConnection, DbError};
 use crate::domain::parse_limit;
 use crate::notify::{Registration, WaitRefused};
@@ -276,15 +276,8 @@ pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
     }
 }
 
-/// Reads a page of a feed after a position for the caller, whose groups the poll read when it
-/// registered its wait.
-type Fetch<T> = fn(
-    &mut AnyConnection,
-    &AuthUser,
-    &UserGroups,
-    &FeedPosition,
-    i64,
-) -> diesel::QueryResult<Page<T>>;
+type Fetch<T> =
+    fn(&mut AnyConnection, &AuthUser, &FeedPosition, i64) -> diesel::QueryResult<Page<T>>;
 
 /// Answers at once when there are changes (or no cursor was given); otherwise waits for a
 /// wake-up or the timeout. A timeout answers with no items and a fresh cursor.
@@ -349,7 +342,7 @@ async fn wait_for_changes<T: Send + 'static>(
     let deadline = tokio::time::Instant::now() + timeout;
     let done = || timeout.is_zero() || state.notifier.is_shutting_down();
     state.db.writes_published(CATCH_UP).await;
-    let (mut registration, mut groups, first) =
+    let (mut registration, first) =
         register_and_read(state, user, feed, cursor.clone(), limit, fetch).await?;
     let mut read: Result<Page<T>, DbError> = Ok(first);
     loop {
@@ -373,15 +366,15 @@ async fn wait_for_changes<T: Send + 'static>(
             // Wait on the new group too, registered again before the read as at the start.
             // The old registration goes first: it counts against the caller's waiters.
             drop(registration);
-            let (again, now_in, page) =
+            let (again, page) =
                 register_and_read(state, user, feed, cursor.clone(), limit, fetch).await?;
-            (registration, groups) = (again, now_in);
+            registration = again;
             Ok(page)
         } else {
-            let (caller, current, in_groups) = (user.clone(), cursor.clone(), groups.clone());
+            let (caller, current) = (user.clone(), cursor.clone());
             state
                 .db
-                .read(move |conn| fetch(conn, &caller, &in_groups, &current, limit))
+                .read(move |conn| fetch(conn, &caller, &current, limit))
                 .await
         };
     }
@@ -389,8 +382,7 @@ async fn wait_for_changes<T: Send + 'static>(
 
 /// Registers the caller's wait on every group they belong to (plus their own joins), then
 /// reads the feed after `cursor`, in one database call: registering first means a change
-/// that commits after the read still wakes the waiter. Returns the caller's groups too, for
-/// the reads after wake-ups.
+/// that commits after the read still wakes the waiter.
 async fn register_and_read<T: Send + 'static>(
     state: &AppState,
     user: &AuthUser,
@@ -398,18 +390,15 @@ async fn register_and_read<T: Send + 'static>(
     cursor: FeedPosition,
     limit: i64,
     fetch: Fetch<T>,
-) -> Result<(Registration, UserGroups, Page<T>), ApiError> {
+) -> Result<(Registration, Page<T>), ApiError> {
     let (caller, notifier) = (user.clone(), state.notifier.clone());
     let registered = state
         .db
         .read(move |conn| {
-            let groups = of_user(conn, caller.id())?;
-            let keys = wake_keys(feed, caller.id(), &groups.member_of);
+            let groups = group_ids_of(conn, caller.id())?;
+            let keys = wake_keys(feed, caller.id(), groups);
             Ok(match notifier.register(caller.id(), keys) {
-                Ok(registration) => {
-                    let page = fetch(conn, &caller, &groups, &cursor, limit)?;
-                    Ok((registration, groups, page))
-                }
+                Ok(registration) => Ok((registration, fetch(conn, &caller, &cursor, limit)?)),
                 Err(refused) => Err(refused),
             })
         })
@@ -427,11 +416,11 @@ fn refusal_to_wait(refused: WaitRefused) -> ApiError {
 
 /// What a poll of `feed` waits for: its feed's events in each of the user's groups, and
 /// changes to the user's own memberships (and, for `/v1/sync`, their reads elsewhere).
-fn wake_keys(feed: Feed, user_id: &str, groups: &[i64]) -> Vec<WakeEvent> {
+fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeEvent> {
     let user = user_id.to_owned();
     let mut keys: Vec<WakeEvent> = groups
-        .iter()
-        .map(|&g| match feed {
+        .into_iter()
+        .map(|g| match feed {
             Feed::Messages => WakeEvent::MessageSent(g),
             Feed::Receipts => WakeEvent::CursorMoved(g),
         })

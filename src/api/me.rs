@@ -11,7 +11,6 @@ use super::AppState;
 use crate::db::chat_list::{chat_list_page, total_unread, ChatListRow, ListOrder};
 use crate::db::devices::{list_devices, remove_device};
 use crate::db::member_events::device_column;
-use crate::db::user_groups::of_user_to_prune;
 use crate::domain::{parse_limit, DeviceId};
 
 #[derive(Deserialize)]
@@ -47,11 +46,8 @@ pub async fn list_my_groups(
         .db
         .read(move |conn| {
             let device = device_column(caller.device.as_ref());
-            let groups = of_user_to_prune(conn, caller.id())?;
-            let member_of = groups.to_prune(conn, false);
-            let (user_id, page) = (caller.id(), limit + 1);
-            let rows = chat_list_page(conn, user_id, member_of, device, order, unread_only, page)?;
-            Ok((rows, total_unread(conn, user_id, member_of)?))
+            let rows = chat_list_page(conn, caller.id(), device, order, unread_only, limit + 1)?;
+            Ok((rows, total_unread(conn, caller.id())?))
         })
         .await?;
     let has_more = rows.len() as i64 > limit;

@@ -9,11 +9,10 @@ use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, Poll
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
 use crate::db::access::{Membership, Refusal};
-use crate::db::changes::{changed_receipts, Feed, MessageRef, Reader};
+use crate::db::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::messages::find_message;
 use crate::db::models::{EntryKind, MessageRow};
 use crate::db::receipt_counts::{message_receipts, receipt_counts};
-use crate::db::user_groups::UserGroups;
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 
@@ -108,17 +107,12 @@ pub async fn poll_receipts(
 fn fetch_receipt_changes(
     conn: &mut AnyConnection,
     caller: &AuthUser,
-    groups: &UserGroups,
     cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<ReceiptChangeView>> {
     let sender_id = caller.id();
-    let sender = Reader {
-        user_id: sender_id,
-        groups: groups.to_prune(conn, false),
-    };
     let (window, refs) = read_window(conn, cursor, |conn, end, after| {
-        changed_receipts(conn, sender, cursor.seen, end, after, limit + 1)
+        changed_receipts(conn, sender_id, cursor.seen, end, after, limit + 1)
     })?;
     let Page {
         items: refs,

@@ -7,10 +7,9 @@ use super::extract::AuthUser;
 use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
-use crate::db::changes::{changed_groups, Feed, MessageRef, Reader};
+use crate::db::changes::{changed_groups, Feed, MessageRef};
 use crate::db::chat_list::{chat_list_rows, total_unread};
 use crate::db::member_events::device_column;
-use crate::db::user_groups::{of_user_to_prune, UserGroups};
 use crate::db::AnyConnection;
 
 /// What one read of the sync feed found.
@@ -36,11 +35,7 @@ pub async fn poll_sync(
             let caller = user.clone();
             let total = state
                 .db
-                .read(move |conn| {
-                    let groups = of_user_to_prune(conn, caller.id())?;
-                    let member_of = groups.to_prune(conn, false);
-                    total_unread(conn, caller.id(), member_of)
-                })
+                .read(move |conn| total_unread(conn, caller.id()))
                 .await?;
             (Vec::new(), Vec::new(), total)
         }
@@ -58,20 +53,14 @@ pub async fn poll_sync(
 fn fetch_changed_groups(
     conn: &mut AnyConnection,
     caller: &AuthUser,
-    groups: &UserGroups,
     cursor: &FeedPosition,
     limit: i64,
 ) -> diesel::QueryResult<Page<SyncChanges>> {
     let device = device_column(caller.device.as_ref());
-    let member_of = groups.to_prune(conn, false);
-    let reader = Reader {
-        user_id: caller.id(),
-        groups: groups.to_prune(conn, true),
-    };
     let (window, refs) = read_window(conn, cursor, |conn, end, after| {
         changed_groups(
             conn,
-            reader,
+            caller.id(),
             device,
             cursor.seen,
             end,
@@ -108,7 +97,7 @@ fn fetch_changed_groups(
     let changes = SyncChanges {
         groups,
         removed_group_ids,
-        total_unread: total_unread(conn, caller.id(), member_of)?,
+        total_unread: total_unread(conn, caller.id())?,
     };
     Ok(Page {
         items: vec![changes],

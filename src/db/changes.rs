@@ -11,6 +11,7 @@ use diesel::sql_types::{BigInt, Nullable};
 
 use super::distribution::on_citus;
 use super::raw_sql::RawSql;
+use super::user_groups::groups_to_name;
 use super::{AnyConnection, MultiBackend};
 
 /// A feed clock value: every change published at or below it has been seen.
@@ -168,30 +169,35 @@ impl WithWatermark for MessageAt {
     }
 }
 
-/// Runs a feed query over the window ending at `end` and returns the end's watermark with the
-/// rows: `query` writes the feed's statement from a start and an end; `order` is the feed's
-/// order.
+/// Runs a feed query of `user_id`'s over the window ending at `end` and returns the end's
+/// watermark with the rows: `query` writes the feed's statement from a start, an end and the
+/// user's groups to name (see [`groups_to_name`], read once the end is fixed); `order` is the
+/// feed's order.
 fn read_feed<R: WithWatermark>(
     conn: &mut AnyConnection,
+    user_id: &str,
     end: WindowEnd,
     order: &str,
-    query: impl Fn(RawSql, WindowEnd) -> RawSql,
+    query: impl Fn(RawSql, WindowEnd, Option<&[i64]>) -> RawSql,
 ) -> QueryResult<(Watermark, Vec<R::Item>)>
 where
     R::Item: QueryableByName<MultiBackend> + 'static,
 {
     match end {
         WindowEnd::At(to) => {
-            let items = query(RawSql::default(), end).load(conn)?;
+            let groups = groups_to_name(conn, user_id)?;
+            let items = query(RawSql::default(), end, groups.as_deref()).load(conn)?;
             Ok((to, items))
         }
         WindowEnd::Now if on_citus(conn) => {
             let to = current_watermark(conn)?;
-            let items = query(RawSql::default(), WindowEnd::At(to)).load(conn)?;
+            let groups = groups_to_name(conn, user_id)?;
+            let items =
+                query(RawSql::default(), WindowEnd::At(to), groups.as_deref()).load(conn)?;
             Ok((to, items))
         }
         WindowEnd::Now => {
-            let rows: Vec<R> = with_clock(|start| query(start, end), order).load(conn)?;
+            let rows: Vec<R> = with_clock(|start| query(start, end, None), order).load(conn)?;
             let to = rows
                 .first()
                 .map(R::watermark)
@@ -215,39 +221,43 @@ pub struct MessageRef {
     pub msg_id: i64,
 }
 
-/// Where a feed read of one user looks: the user (and, when the engine can use them, their
-/// groups, so that it reads those groups' shards alone: [`super::user_groups::UserGroups::to_prune`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Reader<'a> {
-    pub user_id: &'a str,
-    pub groups: Option<&'a [i64]>,
-}
-
-/// Groups with changes for the reader published after `from` and by `end`, ordered by id,
-/// after `after_group_id`: messages sent since they joined, and changes to their own
-/// membership state (read elsewhere, joined, left), except reads by the polling device itself,
-/// which already knows of them. The reader's groups, when named, must include those they left.
-/// Returns the watermark that ends the window with them.
+/// Groups with changes for `user_id` published after `from` and by `end`, ordered by id, after
+/// `after_group_id`: messages sent since they joined, and changes to their own membership
+/// state (read elsewhere, joined, left), except reads by the polling device itself, which
+/// already knows of them. Returns the watermark that ends the window with them.
 pub fn changed_groups(
     conn: &mut AnyConnection,
-    reader: Reader<'_>,
+    user_id: &str,
     device_column: &str,
     from: Watermark,
     end: WindowEnd,
     after_group_id: i64,
     limit: i64,
 ) -> QueryResult<(Watermark, Vec<GroupRef>)> {
-    read_feed::<GroupAt>(conn, end, CHANGED_GROUPS_ORDER, |start, to| {
-        changed_groups_query(
-            start,
-            reader,
-            device_column,
-            from,
-            to,
-            after_group_id,
-            limit,
-        )
-    })
+    read_feed::<GroupAt>(
+        conn,
+        user_id,
+        end,
+        CHANGED_GROUPS_ORDER,
+        |start, to, groups| {
+            changed_groups_query(
+                start,
+                Reader { user_id, groups },
+                device_column,
+                from,
+                to,
+                after_group_id,
+                limit,
+            )
+        },
+    )
+}
+
+/// Whose feed a statement reads, and their groups when it names them (on Citus).
+#[derive(Debug, Clone, Copy)]
+struct Reader<'a> {
+    user_id: &'a str,
+    groups: Option<&'a [i64]>,
 }
 
 fn changed_groups_query(
@@ -268,6 +278,8 @@ fn changed_groups_query(
         )
         .text(user_id)
         .sql(" WHERE m.msg_id > gm.joined_after_msg_id AND ");
+    // The member's own events are read without naming groups: a join is reported even to a
+    // reader whose list of groups does not show it yet.
     let query = window(query, "m", from, to)
         .within_groups("m.group_id", groups)
         .sql(" UNION SELECT e.group_id AS group_id FROM member_events e WHERE e.user_id = ")
@@ -276,7 +288,6 @@ fn changed_groups_query(
         .text(device_column)
         .sql(") AND ");
     window(query, "e", from, to)
-        .within_groups("e.group_id", groups)
         .sql(" ) changed WHERE group_id > ")
         .int(after_group_id)
         .sql(CHANGED_GROUPS_ORDER)
@@ -285,21 +296,31 @@ fn changed_groups_query(
         .keep_prepared()
 }
 
-/// Messages sent by `sender` whose receipts changed (published) after `from` and by `end` (someone
+/// Messages sent by `sender_id` whose receipts changed (published) after `from` and by `end` (someone
 /// else acked a range covering them), ordered by (group, msg), after `after`. Only messages the
 /// sender may still see: in groups they belong to, sent since they (last) joined. Returns the
 /// watermark that ends the window with them.
 pub fn changed_receipts(
     conn: &mut AnyConnection,
-    sender: Reader<'_>,
+    sender_id: &str,
     from: Watermark,
     end: WindowEnd,
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<(Watermark, Vec<MessageRef>)> {
-    read_feed::<MessageAt>(conn, end, CHANGED_RECEIPTS_ORDER, |start, to| {
-        changed_receipts_query(start, sender, from, to, after, limit)
-    })
+    read_feed::<MessageAt>(
+        conn,
+        sender_id,
+        end,
+        CHANGED_RECEIPTS_ORDER,
+        |start, to, groups| {
+            let sender = Reader {
+                user_id: sender_id,
+                groups,
+            };
+            changed_receipts_query(start, sender, from, to, after, limit)
+        },
+    )
 }
 
 fn changed_receipts_query(
@@ -395,6 +416,23 @@ mod tests {
         assert!(
             !text.contains("m.pos <="),
             "no upper bound: the statement sees no position above its clock"
+        );
+    }
+
+    #[test]
+    fn the_sync_feed_names_groups_for_messages_but_never_for_the_members_own_events() {
+        let reader = Reader {
+            user_id: "bob",
+            groups: Some(&[3, 8]),
+        };
+        let end = WindowEnd::At(Watermark(12));
+        let sql = changed_groups_query(RawSql::default(), reader, "", Watermark(5), end, 0, 10);
+        let sql = sql.as_text();
+        let (messages, events) = sql.split_once(" UNION ").expect("two branches");
+        assert!(messages.contains("m.group_id IN ("), "{messages}");
+        assert!(
+            !events.contains("group_id IN ("),
+            "a join is found even before the list shows it: {events}"
         );
     }
 

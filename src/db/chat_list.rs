@@ -144,21 +144,16 @@ macro_rules! chat_list_query {
 }
 
 /// A page of the caller's groups; `device_column` is the calling device's id ('' for the
-/// default one). `groups`, when given, are the caller's groups, named so that the engine reads
-/// their shards alone (see [`super::user_groups::UserGroups::to_prune`]).
+/// default one).
 pub fn chat_list_page(
     conn: &mut AnyConnection,
     user_id: &str,
-    groups: Option<&[i64]>,
     device_column: &str,
     order: ListOrder,
     unread_only: bool,
     limit: i64,
 ) -> QueryResult<Vec<ChatListRow>> {
     let mut query = chat_list_query!(user_id, device_column);
-    if let Some(groups) = groups {
-        query = query.filter(group_members::group_id.eq_any(groups.to_vec()));
-    }
     if unread_only {
         query = query.filter(fixed_sql::<Bool>(UNREAD_ONLY.as_str()));
     }
@@ -201,13 +196,8 @@ struct Total {
 }
 
 /// The caller's unread messages over all their groups (the app icon's badge): one pass over
-/// their membership rows, with the same rule as each group's count. `groups` as for
-/// [`chat_list_page`].
-pub fn total_unread(
-    conn: &mut AnyConnection,
-    user_id: &str,
-    groups: Option<&[i64]>,
-) -> QueryResult<i64> {
+/// their membership rows, with the same rule as each group's count.
+pub fn total_unread(conn: &mut AnyConnection, user_id: &str) -> QueryResult<i64> {
     let rows: Vec<Total> = RawSql::default()
         .sql(&format!(
             "SELECT CAST(COALESCE(SUM(CASE WHEN unread > 0 THEN unread ELSE 0 END), 0) \
@@ -218,7 +208,6 @@ pub fn total_unread(
             unread_sql()
         ))
         .text(user_id)
-        .within_groups("group_members.group_id", groups)
         .sql(") per_group")
         .keep_prepared()
         .load(conn)?;

@@ -25,7 +25,6 @@ use super::distribution::on_citus;
 use super::members::lock_in_order;
 use super::raw_sql::{RawSql, Value};
 use super::unread::unread_sql;
-use super::user_groups::of_user_to_prune;
 use super::AnyConnection;
 use crate::domain::GroupId;
 use crate::schema::group_msgs;
@@ -205,12 +204,10 @@ fn due_devices_by_candidate(
             scan.after = examined.or(start);
             break;
         }
-        let groups = of_user_to_prune(conn, &candidate.user_id)?;
         if device_is_due(
             conn,
             &candidate.device_id,
             &candidate.user_id,
-            groups.to_prune(conn, false),
             cutoffs.grace,
         )? {
             due.push(candidate.device_id.clone());
@@ -220,14 +217,11 @@ fn due_devices_by_candidate(
     Ok(due)
 }
 
-/// Whether the user's device is due a notification for any of the user's groups (`groups`,
-/// when the engine reads them by name: see
-/// [`super::user_groups::UserGroups::to_prune`]).
+/// Whether the user's device is due a notification for any of the user's groups.
 fn device_is_due(
     conn: &mut AnyConnection,
     device_id: &str,
     user_id: &str,
-    groups: Option<&[i64]>,
     grace_cutoff: NaiveDateTime,
 ) -> QueryResult<bool> {
     #[derive(QueryableByName)]
@@ -242,7 +236,6 @@ fn device_is_due(
     )
     .sql(" WHERE group_members.user_id = ")
     .text(user_id)
-    .within_groups("group_members.group_id", groups)
     .sql(" AND (");
     let found: Vec<Due> = new_messages_due(query, conn, grace_cutoff)
         .sql(&format!(" OR {}) LIMIT 1", badge_to_lower()))
@@ -265,13 +258,11 @@ pub struct DueGroup {
     pub has_new: i64,
 }
 
-/// The groups the device is due a notification for, by group id; `groups` as for
-/// [`device_is_due`].
+/// The groups the device is due a notification for, by group id.
 pub fn due_groups(
     conn: &mut AnyConnection,
     device_id: &str,
     user_id: &str,
-    groups: Option<&[i64]>,
     grace_cutoff: NaiveDateTime,
 ) -> QueryResult<Vec<DueGroup>> {
     let unread = unread_sql();
@@ -288,7 +279,6 @@ pub fn due_groups(
     from_memberships(query, DeviceRef::Id(device_id))
         .sql(" WHERE group_members.user_id = ")
         .text(user_id)
-        .within_groups("group_members.group_id", groups)
         .sql(
             ") per_group WHERE has_new = 1 \
                OR (notified_unread > 0 AND notified_unread > unread_count) \

@@ -10,7 +10,6 @@ use super::payload::{MessagePreview, Notification, NotificationKind, NotifiedGro
 use crate::db::chat_list::total_unread;
 use crate::db::push_due::{due_groups, last_message_from_others, mark_told, Cutoffs, DueGroup};
 use crate::db::push_outbox::{lock_for_build, store_pending, BuildTarget, Lease, Pending};
-use crate::db::user_groups::of_user_to_prune;
 use crate::db::AnyConnection;
 use crate::domain::GroupId;
 
@@ -35,15 +34,7 @@ pub fn build_notification(
     let Some(target) = lock_for_build(conn, device_id, ctx.cutoffs.interval)? else {
         return Ok(None);
     };
-    let groups = of_user_to_prune(conn, &target.user_id)?;
-    let member_of = groups.to_prune(conn, false);
-    let due = due_groups(
-        conn,
-        device_id,
-        &target.user_id,
-        member_of,
-        ctx.cutoffs.grace,
-    )?;
+    let due = due_groups(conn, device_id, &target.user_id, ctx.cutoffs.grace)?;
     if due.is_empty() {
         return Ok(None);
     }
@@ -55,7 +46,7 @@ pub fn build_notification(
             NotificationKind::BadgeUpdate
         },
         created_at: ctx.now.and_utc(),
-        badge: total_unread(conn, &target.user_id, member_of)?,
+        badge: total_unread(conn, &target.user_id)?,
         groups: notified_groups(conn, &due, &target.user_id, ctx.content)?,
         user_id: target.user_id.clone(),
         device_id: device_id.to_owned(),

@@ -38,7 +38,6 @@ on_postgres!(
 on_both_engines!(with short_retention:
     cursor_older_than_retention_gets_410,
     retention_job_deletes_old_receipt_changes,
-    a_group_left_is_forgotten_with_its_member_events,
 );
 
 on_both_engines!(with two_polls_per_user:
@@ -204,30 +203,6 @@ async fn cursor_older_than_retention_gets_410(app: TestApp) {
 
     assert_eq!(r.status, 410);
     assert_eq!(r.error_code(), "cursor_expired");
-}
-
-async fn a_group_left_is_forgotten_with_its_member_events(app: TestApp) {
-    let group = app.group_with("alice", &["bob"]).await;
-    assert_eq!(app.remove_member("alice", group, "bob").await.status, 204);
-    assert_eq!(
-        count_rows(&app, "user_groups"),
-        2,
-        "alice's group, and bob's left one while the feeds tell of it"
-    );
-
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while count_rows(&app, "user_groups") > 1 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-
-    assert_eq!(count_rows(&app, "user_groups"), 1, "bob's left group went");
-    assert_eq!(count_rows(&app, "member_events"), 0);
-    // Added back later, bob has the group again.
-    assert_eq!(app.add_members("alice", group, &["bob"]).await.status, 200);
-    assert_eq!(
-        app.my_groups("bob", "").await.body["groups"][0]["group_id"],
-        group
-    );
 }
 
 async fn retention_job_deletes_old_receipt_changes(app: TestApp) {
