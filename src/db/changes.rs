@@ -11,7 +11,6 @@ use diesel::sql_types::{BigInt, Nullable};
 
 use super::distribution::on_citus;
 use super::raw_sql::RawSql;
-use super::user_groups::groups_to_name;
 use super::{AnyConnection, MultiBackend};
 
 /// A feed clock value: every change published at or below it has been seen.
@@ -169,35 +168,30 @@ impl WithWatermark for MessageAt {
     }
 }
 
-/// Runs a feed query of `user_id`'s over the window ending at `end` and returns the end's
-/// watermark with the rows: `query` writes the feed's statement from a start, an end and the
-/// user's groups to name (see [`groups_to_name`], read once the end is fixed); `order` is the
-/// feed's order.
+/// Runs a feed query over the window ending at `end` and returns the end's watermark with the
+/// rows: `query` writes the feed's statement from a start and an end; `order` is the feed's
+/// order.
 fn read_feed<R: WithWatermark>(
     conn: &mut AnyConnection,
-    user_id: &str,
     end: WindowEnd,
     order: &str,
-    query: impl Fn(RawSql, WindowEnd, Option<&[i64]>) -> RawSql,
+    query: impl Fn(RawSql, WindowEnd) -> RawSql,
 ) -> QueryResult<(Watermark, Vec<R::Item>)>
 where
     R::Item: QueryableByName<MultiBackend> + 'static,
 {
     match end {
         WindowEnd::At(to) => {
-            let groups = groups_to_name(conn, user_id)?;
-            let items = query(RawSql::default(), end, groups.as_deref()).load(conn)?;
+            let items = query(RawSql::default(), end).load(conn)?;
             Ok((to, items))
         }
         WindowEnd::Now if on_citus(conn) => {
             let to = current_watermark(conn)?;
-            let groups = groups_to_name(conn, user_id)?;
-            let items =
-                query(RawSql::default(), WindowEnd::At(to), groups.as_deref()).load(conn)?;
+            let items = query(RawSql::default(), WindowEnd::At(to)).load(conn)?;
             Ok((to, items))
         }
         WindowEnd::Now => {
-            let rows: Vec<R> = with_clock(|start| query(start, end, None), order).load(conn)?;
+            let rows: Vec<R> = with_clock(|start| query(start, end), order).load(conn)?;
             let to = rows
                 .first()
                 .map(R::watermark)
@@ -234,42 +228,28 @@ pub fn changed_groups(
     after_group_id: i64,
     limit: i64,
 ) -> QueryResult<(Watermark, Vec<GroupRef>)> {
-    read_feed::<GroupAt>(
-        conn,
-        user_id,
-        end,
-        CHANGED_GROUPS_ORDER,
-        |start, to, groups| {
-            changed_groups_query(
-                start,
-                Reader { user_id, groups },
-                device_column,
-                from,
-                to,
-                after_group_id,
-                limit,
-            )
-        },
-    )
-}
-
-/// Whose feed a statement reads, and their groups when it names them (on Citus).
-#[derive(Debug, Clone, Copy)]
-struct Reader<'a> {
-    user_id: &'a str,
-    groups: Option<&'a [i64]>,
+    read_feed::<GroupAt>(conn, end, CHANGED_GROUPS_ORDER, |start, to| {
+        changed_groups_query(
+            start,
+            user_id,
+            device_column,
+            from,
+            to,
+            after_group_id,
+            limit,
+        )
+    })
 }
 
 fn changed_groups_query(
     start: RawSql,
-    reader: Reader<'_>,
+    user_id: &str,
     device_column: &str,
     from: Watermark,
     to: WindowEnd,
     after_group_id: i64,
     limit: i64,
 ) -> RawSql {
-    let Reader { user_id, groups } = reader;
     let query = start
         .sql(
             "SELECT group_id FROM ( \
@@ -278,10 +258,7 @@ fn changed_groups_query(
         )
         .text(user_id)
         .sql(" WHERE m.msg_id > gm.joined_after_msg_id AND ");
-    // The member's own events are read without naming groups: a join is reported even to a
-    // reader whose list of groups does not show it yet.
     let query = window(query, "m", from, to)
-        .within_groups("m.group_id", groups)
         .sql(" UNION SELECT e.group_id AS group_id FROM member_events e WHERE e.user_id = ")
         .text(user_id)
         .sql(" AND NOT (e.kind = 'read' AND e.device_id = ")
@@ -308,33 +285,19 @@ pub fn changed_receipts(
     after: MessageRef,
     limit: i64,
 ) -> QueryResult<(Watermark, Vec<MessageRef>)> {
-    read_feed::<MessageAt>(
-        conn,
-        sender_id,
-        end,
-        CHANGED_RECEIPTS_ORDER,
-        |start, to, groups| {
-            let sender = Reader {
-                user_id: sender_id,
-                groups,
-            };
-            changed_receipts_query(start, sender, from, to, after, limit)
-        },
-    )
+    read_feed::<MessageAt>(conn, end, CHANGED_RECEIPTS_ORDER, |start, to| {
+        changed_receipts_query(start, sender_id, from, to, after, limit)
+    })
 }
 
 fn changed_receipts_query(
     start: RawSql,
-    sender: Reader<'_>,
+    sender_id: &str,
     from: Watermark,
     to: WindowEnd,
     after: MessageRef,
     limit: i64,
 ) -> RawSql {
-    let Reader {
-        user_id: sender_id,
-        groups,
-    } = sender;
     let query = start
         .sql(
             "SELECT DISTINCT m.group_id AS group_id, m.msg_id AS msg_id \
@@ -357,7 +320,6 @@ fn changed_receipts_query(
         .int(after.msg_id)
         .sql(")) AND ");
     window(query, "e", from, to)
-        .within_groups("e.group_id", groups)
         .sql(CHANGED_RECEIPTS_ORDER)
         .sql(" LIMIT ")
         .int(limit)
@@ -392,11 +354,7 @@ mod tests {
         let sql = |from: i64, user: &str| {
             with_clock(
                 |start| {
-                    let reader = Reader {
-                        user_id: user,
-                        groups: None,
-                    };
-                    changed_groups_query(start, reader, "", Watermark(from), WindowEnd::Now, 0, 10)
+                    changed_groups_query(start, user, "", Watermark(from), WindowEnd::Now, 0, 10)
                 },
                 CHANGED_GROUPS_ORDER,
             )
@@ -420,32 +378,11 @@ mod tests {
     }
 
     #[test]
-    fn the_sync_feed_names_groups_for_messages_but_never_for_the_members_own_events() {
-        let reader = Reader {
-            user_id: "bob",
-            groups: Some(&[3, 8]),
-        };
-        let end = WindowEnd::At(Watermark(12));
-        let sql = changed_groups_query(RawSql::default(), reader, "", Watermark(5), end, 0, 10);
-        let sql = sql.as_text();
-        let (messages, events) = sql.split_once(" UNION ").expect("two branches");
-        assert!(messages.contains("m.group_id IN ("), "{messages}");
-        assert!(
-            !events.contains("group_id IN ("),
-            "a join is found even before the list shows it: {events}"
-        );
-    }
-
-    #[test]
     fn windows_bind_the_watermarks_so_the_text_never_changes() {
         let end = WindowEnd::At(Watermark(12));
         let start = RawSql::default;
-        let reader = |user_id| Reader {
-            user_id,
-            groups: None,
-        };
-        let sql = changed_groups_query(start(), reader("bob"), "phone", Watermark(5), end, 0, 10);
-        let other = changed_groups_query(start(), reader("ann"), "", Watermark(7), end, 4, 10);
+        let sql = changed_groups_query(start(), "bob", "phone", Watermark(5), end, 0, 10);
+        let other = changed_groups_query(start(), "ann", "", Watermark(7), end, 4, 10);
         let sql = sql.as_text();
         assert_eq!(
             sql,

@@ -204,10 +204,10 @@ pub struct CursorCounts {
 
 impl CursorCounts {
     /// Appends a statement that reads the histogram of `group_id`'s cursors from `oldest` to
-    /// `newest` (`oldest <= newest`): a row with the sums at or above `newest`, then a row per
-    /// place between them, each with the columns `msg_id`, `read`, `delivered` and `joined`.
+    /// `newest` (`oldest <= newest`): a row with the sums at or above `newest` and a row per
+    /// place between them, in no particular order, each with the columns `msg_id`, `read`, `delivered` and `joined`.
     /// A caller wraps it as a subquery to read it beside other figures in one snapshot.
-    pub fn query(
+    pub(super) fn query(
         query: RawSql,
         conn: &AnyConnection,
         group_id: GroupId,
@@ -247,7 +247,7 @@ impl CursorCounts {
     }
 
     /// The histogram from the rows [`CursorCounts::query`] returned.
-    pub fn from_rows(rows: impl IntoIterator<Item = (i64, Tally)>) -> CursorCounts {
+    pub(super) fn from_rows(rows: impl IntoIterator<Item = (i64, Tally)>) -> CursorCounts {
         CursorCounts {
             rows: rows.into_iter().collect(),
         }

@@ -133,18 +133,6 @@ impl RawSql {
         }
     }
 
-    /// Appends ` AND <column> IN (<groups>)` when `groups` names them (see
-    /// [`super::user_groups::groups_to_name`]): Citus runs a statement that names its groups
-    /// by bound values on those groups' shards alone (an array bound as one text it does not
-    /// look into). No groups at all is a condition no row meets.
-    pub fn within_groups(self, column: &str, groups: Option<&[i64]>) -> Self {
-        match groups {
-            None => self,
-            Some([]) => self.sql(" AND 1 = 0"),
-            Some(groups) => self.sql(&format!(" AND {column} IN ")).int_list(groups),
-        }
-    }
-
     /// Appends a placeholder for a text value and binds it.
     pub fn text(mut self, value: &str) -> Self {
         self.segments
@@ -531,30 +519,6 @@ impl RunQueryDsl<AnyConnection> for RawSql {}
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn groups_are_named_by_bound_values_or_not_at_all() {
-        let q = |groups: Option<&[i64]>| {
-            RawSql::default()
-                .sql("SELECT 1 FROM t WHERE a = ")
-                .int(7)
-                .within_groups("t.group_id", groups)
-                .rendered(true)
-        };
-        assert_eq!(q(None), ("SELECT 1 FROM t WHERE a = $1".to_owned(), 1));
-        assert_eq!(
-            q(Some(&[4, 9])),
-            (
-                "SELECT 1 FROM t WHERE a = $1 AND t.group_id IN ($2, $3)".to_owned(),
-                3
-            )
-        );
-        assert_eq!(
-            q(Some(&[])),
-            ("SELECT 1 FROM t WHERE a = $1 AND 1 = 0".to_owned(), 1),
-            "no groups: no row"
-        );
-    }
 
     #[test]
     fn placeholders_are_numbered_in_bind_order() {

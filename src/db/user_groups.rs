@@ -1,20 +1,20 @@
 //! `user_groups`: the groups each user belongs to, keyed by user. The membership itself
 //! (cursors, role, join point) lives in `group_members`, keyed by group; this table only
-//! answers "which groups are this user's?" from the user's own rows. On Citus that is one
-//! shard instead of every shard of `group_members`, and a feed read that names those groups
-//! ([`groups_to_name`]) runs on their shards alone.
+//! answers "which groups are this user's?" from the user's own rows, as every long-poll asks
+//! when it registers its wait. On Citus that is one shard instead of every shard of
+//! `group_members`.
+//!
+//! Only wake-ups rely on it, never what a feed reports: on Citus a membership commits on the
+//! group's shard and the user's one after the other (a two-phase commit whose second half may
+//! wait for recovery if a node fails), so the list may briefly lag the membership. A poll that
+//! misses a wake-up that way still answers at its timeout with everything after its cursor.
 
 use diesel::sql_types::BigInt;
 use diesel::QueryResult;
 use diesel::QueryableByName;
 
-use super::distribution::on_citus;
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
-
-/// Past this many groups a statement does not name them: with that many, they lie on nearly
-/// every shard anyway, and the list would only lengthen the statement.
-const MOST_GROUPS_NAMED: usize = 500;
 
 #[derive(QueryableByName)]
 struct Row {
@@ -33,24 +33,6 @@ pub fn group_ids_of(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<
     Ok(rows.into_iter().map(|row| row.group_id).collect())
 }
 
-/// The user's groups for a statement over their rows of group-keyed tables to name, so that
-/// it runs on those groups' shards alone: read only on Citus (elsewhere an index on the user
-/// answers, and None says "do not name them"), and None too past [`MOST_GROUPS_NAMED`].
-///
-/// A feed read takes the list after it has fixed where its window ends: every change
-/// published up to there was made by a member whose listing had committed, so the list holds
-/// every group those changes are in. (One bound: a membership commits on the group's shard and
-/// the user's shard one after the other; a reader between the two sees the group's rows but
-/// not its listing. The sync feed reads the member's own events, joins among them, without
-/// naming groups, so a join is reported even then.)
-pub fn groups_to_name(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Option<Vec<i64>>> {
-    if !on_citus(conn) {
-        return Ok(None);
-    }
-    let groups = group_ids_of(conn, user_id)?;
-    Ok((groups.len() <= MOST_GROUPS_NAMED).then_some(groups))
-}
-
 /// Lists the group among `user_ids`' groups. Part of the transaction that inserts their
 /// membership rows.
 pub(super) fn record_joined(
@@ -58,20 +40,21 @@ pub(super) fn record_joined(
     group_id: i64,
     user_ids: &[&str],
 ) -> QueryResult<()> {
-    // In chunks, to stay below SQLite's limit on bind parameters in one statement.
-    for chunk in user_ids.chunks(500) {
-        let rows: Vec<Vec<Value<'_>>> = chunk.iter().map(|user| vec![Value::Text(user)]).collect();
-        RawSql::default()
-            .sql("INSERT INTO user_groups (user_id, group_id) SELECT t.u, ")
-            .int(group_id)
-            .sql(" FROM ")
-            .rows("t", &["u"], &rows)
-            // SQLite reads `ON CONFLICT` after a bare `FROM` as a join's `ON`.
-            .sql(" WHERE 1 = 1 ON CONFLICT (user_id, group_id) DO NOTHING")
-            .keep_prepared()
-            .execute(conn)?;
-    }
-    Ok(())
+    // The users go as one bound value (an array, or JSON on SQLite), however many there are.
+    let rows: Vec<Vec<Value<'_>>> = user_ids
+        .iter()
+        .map(|user| vec![Value::Text(user)])
+        .collect();
+    RawSql::default()
+        .sql("INSERT INTO user_groups (user_id, group_id) SELECT t.u, ")
+        .int(group_id)
+        .sql(" FROM ")
+        .rows("t", &["u"], &rows)
+        // SQLite reads `ON CONFLICT` after a bare `FROM` as a join's `ON`.
+        .sql(" WHERE 1 = 1 ON CONFLICT (user_id, group_id) DO NOTHING")
+        .keep_prepared()
+        .execute(conn)
+        .map(|_| ())
 }
 
 /// Takes the group off `user_id`'s groups. Part of the transaction that deletes their

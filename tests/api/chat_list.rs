@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use chorus::config::Settings;
 use serde_json::{json, Value};
 
+use crate::endpoints::group_ids;
 use crate::helpers::TestApp;
 use crate::on_both_engines;
 
@@ -24,15 +25,6 @@ on_both_engines!(with short_message_retention:
 fn short_message_retention(s: &mut Settings) {
     s.message_retention_secs = Some(1);
     s.retention_interval_secs = 1;
-}
-
-fn group_ids(page: &Value) -> Vec<i64> {
-    page["groups"]
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| g["group_id"].as_i64().expect("group_id"))
-        .collect()
 }
 
 async fn the_chat_list_puts_the_latest_activity_first_and_pages_without_repeats(app: TestApp) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::endpoints::msg_ids;
+use crate::endpoints::{group_ids, msg_ids};
 use crate::helpers::TestApp;
 use crate::on_both_engines;
 
@@ -292,15 +292,6 @@ async fn being_added_and_removed_appear_in_sync_on_every_device(app: TestApp) {
     assert_eq!(mine.body["groups"], json!([]));
 }
 
-fn group_ids(groups: &serde_json::Value) -> Vec<i64> {
-    groups
-        .as_array()
-        .expect("groups")
-        .iter()
-        .map(|g| g["group_id"].as_i64().expect("group_id"))
-        .collect()
-}
-
 async fn a_device_offline_while_its_user_was_removed_learns_of_it_when_back(app: TestApp) {
     // Bob is in two groups; his laptop takes a sync cursor and goes offline.
     let kept = app.group_with("alice", &["bob"]).await;
@@ -317,7 +308,7 @@ async fn a_device_offline_while_its_user_was_removed_learns_of_it_when_back(app:
         .poll_sync("bob#laptop", &format!("?cursor={laptop}&timeout_s=5"))
         .await;
     assert_eq!(poll.status, 200);
-    assert_eq!(group_ids(&poll.body["groups"]), [kept]);
+    assert_eq!(group_ids(&poll.body), [kept]);
     assert_eq!(unread_of(&poll.body, kept), 1);
     assert_eq!(poll.body["removed_group_ids"], json!([left]));
     assert_eq!(
@@ -325,7 +316,7 @@ async fn a_device_offline_while_its_user_was_removed_learns_of_it_when_back(app:
         "the group he left counts nothing"
     );
     let mine = app.my_groups("bob#laptop", "").await;
-    assert_eq!(group_ids(&mine.body["groups"]), [kept]);
+    assert_eq!(group_ids(&mine.body), [kept]);
 }
 
 async fn a_member_removed_and_added_back_is_told_and_woken_again(app: TestApp) {
@@ -338,10 +329,10 @@ async fn a_member_removed_and_added_back_is_told_and_woken_again(app: TestApp) {
     let poll = app
         .poll_sync("bob#phone", &format!("?cursor={phone}&timeout_s=5"))
         .await;
-    assert_eq!(group_ids(&poll.body["groups"]), [group], "back in the list");
+    assert_eq!(group_ids(&poll.body), [group], "back in the list");
     assert_eq!(poll.body["removed_group_ids"], json!([]));
     let mine = app.my_groups("bob#phone", "").await;
-    assert_eq!(group_ids(&mine.body["groups"]), [group]);
+    assert_eq!(group_ids(&mine.body), [group]);
 
     // A poll waiting after his return is woken by the group's next message.
     let cursor = poll.body["cursor"].as_str().expect("cursor").to_owned();
@@ -355,7 +346,7 @@ async fn a_member_removed_and_added_back_is_told_and_woken_again(app: TestApp) {
         started.elapsed() < Duration::from_secs(15),
         "woken, not timed out"
     );
-    assert_eq!(group_ids(&woken.body["groups"]), [group]);
+    assert_eq!(group_ids(&woken.body), [group]);
     assert_eq!(unread_of(&woken.body, group), 1);
 }
 

@@ -16,6 +16,16 @@ pub fn msg_ids(page: &Value) -> Vec<i64> {
         .collect()
 }
 
+/// The groups' ids of a page that lists groups (the chat list, a sync answer), in its order.
+pub fn group_ids(page: &Value) -> Vec<i64> {
+    page["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| g["group_id"].as_i64().expect("group_id"))
+        .collect()
+}
+
 impl TestApp {
     pub async fn create_group(&self, user: &str, name: &str, members: &[&str]) -> TestResponse {
         let body = json!({"name": name, "member_ids": members});

@@ -11,6 +11,7 @@ on_both_engines!(
     only_the_sender_and_the_owner_see_receipts,
     audience_excludes_late_joiners_and_removed_members,
     receipt_lists_page_through_a_large_group,
+    a_sender_who_joins_while_polling_is_told_of_receipts_in_the_new_group,
 );
 
 fn ids(value: &serde_json::Value) -> Vec<String> {
@@ -165,4 +166,35 @@ async fn receipt_lists_page_through_a_large_group(app: TestApp) {
 
     assert_eq!(read, members[..100].to_vec());
     assert_eq!(unread, members[100..].to_vec());
+}
+
+async fn a_sender_who_joins_while_polling_is_told_of_receipts_in_the_new_group(app: TestApp) {
+    // Bob's receipts poll waits before he belongs to any group.
+    let cursor = app.cursor("bob", "/v1/receipts").await;
+    let group = app.group_with("alice", &["carol"]).await;
+    let query = format!("?cursor={cursor}&timeout_s=20");
+    let started = std::time::Instant::now();
+    let (poll, sent) = tokio::join!(app.poll_receipts("bob", &query), async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        // Added meanwhile, he writes, and carol reads it.
+        assert_eq!(app.add_members("alice", group, &["bob"]).await.status, 200);
+        let msg = app.send_ok("bob", group, "hello, I am new").await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let read = json!({"last_ack_msg_id": msg});
+        assert_eq!(app.ack("carol", group, read).await.status, 200);
+        msg
+    });
+
+    assert_eq!(poll.status, 200);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "woken by the read, not timed out"
+    );
+    let changes = poll.body["changes"].as_array().expect("changes");
+    let change = changes
+        .iter()
+        .find(|c| c["group_id"] == group && c["msg_id"] == sent)
+        .unwrap_or_else(|| panic!("carol's read of bob's message in {}", poll.body));
+    assert_eq!(change["read_count"], 1);
+    assert_eq!(change["unread_count"], 1, "alice has not read it");
 }
