@@ -205,8 +205,9 @@ pub struct CursorCounts {
 impl CursorCounts {
     /// Appends a statement that reads the histogram of `group_id`'s cursors from `oldest` to
     /// `newest` (`oldest <= newest`): a row with the sums at or above `newest` and a row per
-    /// place between them, in no particular order, each with the columns `msg_id`, `read`, `delivered` and `joined`.
-    /// A caller wraps it as a subquery to read it beside other figures in one snapshot.
+    /// place between them, in no particular order, each with the columns `msg_id`, `read`,
+    /// `delivered` and `joined`. A caller wraps it as a subquery to read it beside other
+    /// figures in one snapshot.
     pub(super) fn query(
         query: RawSql,
         conn: &AnyConnection,

@@ -22,12 +22,11 @@ struct Row {
     group_id: i64,
 }
 
-/// The ids of every group the user belongs to, in order (what their long-polls wait on).
+/// The ids of every group the user belongs to (what their long-polls wait on).
 pub fn group_ids_of(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<i64>> {
     let rows: Vec<Row> = RawSql::default()
         .sql("SELECT group_id FROM user_groups WHERE user_id = ")
         .text(user_id)
-        .sql(" ORDER BY group_id")
         .keep_prepared()
         .load(conn)?;
     Ok(rows.into_iter().map(|row| row.group_id).collect())
@@ -50,7 +49,9 @@ pub(super) fn record_joined(
         .int(group_id)
         .sql(" FROM ")
         .rows("t", &["u"], &rows)
-        // SQLite reads `ON CONFLICT` after a bare `FROM` as a join's `ON`.
+        // A listing may be there already: one an instance of the release before this table
+        // left behind when it removed a member (see DEPLOYING.md, upgrading). SQLite reads
+        // `ON CONFLICT` after a bare `FROM` as a join's `ON`, hence the `WHERE`.
         .sql(" WHERE 1 = 1 ON CONFLICT (user_id, group_id) DO NOTHING")
         .keep_prepared()
         .execute(conn)

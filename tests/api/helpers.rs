@@ -57,6 +57,22 @@ macro_rules! on_both_engines {
             }
         }
     )* };
+    // Checks of the database alone, with no server and nothing to await:
+    // `fn <scenario>(engine: Engine)`.
+    (blocking by engine: $($scenario:ident),* $(,)?) => { $(
+        mod $scenario {
+            use $crate::support::engine::Engine;
+            #[test]
+            fn sqlite() {
+                super::$scenario(Engine::Sqlite)
+            }
+            #[test]
+            #[cfg_attr(not(chorus_pg_tests), ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL")]
+            fn postgres() {
+                super::$scenario(Engine::Postgres)
+            }
+        }
+    )* };
     ($($scenario:ident),* $(,)?) => { $(
         mod $scenario {
             use $crate::support::engine::Engine;

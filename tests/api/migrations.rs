@@ -1,4 +1,5 @@
-//! Every down.sql reverses its up.sql: apply all, revert all, apply all again.
+//! Migrations: every down.sql reverses its up.sql (apply all, revert all, apply all again),
+//! and a migration that fills a new table from existing rows counts what is already there.
 
 use crate::support::engine::Engine;
 use crate::support::scratch_db::ScratchDb;
@@ -8,7 +9,14 @@ use chorus::db::{
 };
 use diesel::RunQueryDsl;
 
+use crate::on_both_engines;
 use crate::support::histogram;
+
+on_both_engines!(blocking by engine:
+    round_trip,
+    the_cursor_histogram_counts_the_members_already_there,
+    each_users_groups_are_listed_from_the_memberships_already_there,
+);
 
 fn round_trip(engine: Engine) {
     let db = ScratchDb::for_test(engine);
@@ -28,20 +36,6 @@ fn round_trip(engine: Engine) {
         "up after down succeeds: down removed everything up made"
     );
     assert!(is_ready(&mut conn));
-}
-
-#[test]
-fn migrations_round_trip_on_sqlite() {
-    round_trip(Engine::Sqlite);
-}
-
-#[test]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
-fn migrations_round_trip_on_postgres() {
-    round_trip(Engine::Postgres);
 }
 
 /// Two groups whose members stand at different places when the cursor histogram's migration
@@ -98,20 +92,6 @@ fn sql(conn: &mut AnyConnection, query: &str) -> diesel::QueryResult<i64> {
     Ok(counted.first().map_or(0, |c| c.n))
 }
 
-#[test]
-fn the_cursor_histogram_counts_the_members_already_there_on_sqlite() {
-    the_cursor_histogram_counts_the_members_already_there(Engine::Sqlite);
-}
-
-#[test]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
-fn the_cursor_histogram_counts_the_members_already_there_on_postgres() {
-    the_cursor_histogram_counts_the_members_already_there(Engine::Postgres);
-}
-
 /// Users already in groups when the migration that lists each user's groups runs: every
 /// membership is listed, so long-polls wait on the right groups from the first request after
 /// an upgrade.
@@ -144,18 +124,4 @@ fn each_users_groups_are_listed_from_the_memberships_already_there(engine: Engin
                   (user_id = 'o' AND group_id IN (1, 2)) OR (user_id = 'a' AND group_id = 1)";
     assert_eq!(sql(&mut conn, listed).unwrap(), 3, "o in 1 and 2, a in 1");
     assert_eq!(sql(&mut conn, "SELECT 1 FROM user_groups").unwrap(), 3);
-}
-
-#[test]
-fn each_users_groups_are_listed_from_the_memberships_already_there_on_sqlite() {
-    each_users_groups_are_listed_from_the_memberships_already_there(Engine::Sqlite);
-}
-
-#[test]
-#[cfg_attr(
-    not(chorus_pg_tests),
-    ignore = "set CHORUS_TEST_DATABASE_URL to run on PostgreSQL"
-)]
-fn each_users_groups_are_listed_from_the_memberships_already_there_on_postgres() {
-    each_users_groups_are_listed_from_the_memberships_already_there(Engine::Postgres);
 }
