@@ -11,6 +11,7 @@ pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod push;
+pub mod redact;
 pub mod retention;
 pub mod schema;
 pub mod startup;

@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
-use crate::config::{redact_url, Settings};
+use crate::config::Settings;
 use crate::cursor_folding;
 use crate::db::message_changes::ChangeWindows;
 use crate::db::shared_acks::SharedAcks;
@@ -21,6 +21,7 @@ use crate::db::{self, Db, DbSettings, Engine};
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
 use crate::push::{self, PushConfig, PushJob};
+use crate::redact::redact_url;
 use crate::retention::{self, RetentionPolicy};
 
 pub struct Application {

@@ -8,17 +8,15 @@ use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
 use crate::args::EngineSetup;
-use crate::group_commit::measure_cpu;
 use crate::report::EngineReport;
 use crate::requests::expect_empty;
-use crate::runner::{run_load, Measured};
+use crate::runner::{measure_cpu, run_load, Measured};
 use crate::seed::{seed_group, seed_messages, users};
 use crate::server::BenchServer;
 use crate::support::engine::Engine;
-use crate::CONCURRENCY;
+use crate::{BATCH_ACK_GROUPS, CONCURRENCY};
 
 const ACKS_PER_RUN: usize = 3000;
-pub const BATCH_ACK_GROUPS: usize = 20;
 const BATCH_ACK_REQUESTS_PER_RUN: usize = 300;
 const ROUNDS: usize = 2;
 

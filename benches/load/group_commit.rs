@@ -25,12 +25,12 @@ use serde_json::json;
 use crate::args::EngineSetup;
 use crate::report::EngineReport;
 use crate::requests::expect_empty;
-use crate::runner::{run_load, Measured};
+use crate::runner::{measure_cpu, run_load, Measured};
 use crate::seed::{seed_group, users};
 use crate::server::BenchServer;
 use crate::support::engine::Engine;
 use crate::support::http::Http;
-use crate::support::proc_status::{bytes_written_by_self, stat_ticks, TICKS_PER_SEC};
+use crate::support::proc_status::bytes_written_by_self;
 use crate::{CONCURRENCY, CONTENT, REQUEST_TIMEOUT};
 
 const REQUESTS_PER_RUN: usize = 3000;
@@ -220,11 +220,6 @@ impl CeilingServer {
     }
 }
 
-/// CPU seconds the whole process used (user + system), from `/proc/self/stat`.
-fn process_cpu_secs() -> f64 {
-    stat_ticks("/proc/self/stat").map_or(0.0, |(_, ticks)| ticks as f64 / TICKS_PER_SEC)
-}
-
 /// What has been written so far, in bytes: on SQLite by this process's write calls (the WAL
 /// and checkpoints; see [`bytes_written_by_self`]), on PostgreSQL to the cluster's WAL. None
 /// when it cannot be read.
@@ -254,14 +249,6 @@ fn kib_per_request(before: Option<f64>, after: Option<f64>, run: &Measured) -> S
         }
         _ => "n/a".into(),
     }
-}
-
-/// The run's result and the CPU milliseconds per successful request it took.
-pub async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
-    let before = process_cpu_secs();
-    let m = run.await;
-    let cpu_ms = (process_cpu_secs() - before) * 1000.0 / m.ok.max(1) as f64;
-    (m, cpu_ms)
 }
 
 impl EngineReport {

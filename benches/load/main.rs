@@ -8,7 +8,7 @@
 //! `chorus_bench_<random>` created from CHORUS_BENCH_DATABASE_URL and dropped afterwards) and
 //! its own server. SQLite runs twice, with `synchronous = FULL` (the default) and `NORMAL`.
 //! Fixtures (groups, and the messages that pulls and acks need) are seeded through the db
-//! layer (`chorus::db::groups::create_group`, `chorus::db::messages::send`) on one direct
+//! layer (`chorus::db::group_lifecycle::create_group`, `chorus::db::messages::send`) on one direct
 //! connection, because seeding 20,000 messages over HTTP would take longer than the runs;
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.
@@ -50,6 +50,10 @@ use server::BenchServer;
 const TIME_LIMIT: Duration = Duration::from_secs(20);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const CONCURRENCY: [usize; 2] = [1, 32];
+/// Members of each group the send scenarios (and the storage probe) send to.
+const SEND_GROUP_MEMBERS: usize = 50;
+/// Groups one `POST /v1/acks` acks in, in the ack scenario and the storage probe.
+const BATCH_ACK_GROUPS: usize = 20;
 /// 100 bytes, the size of a typical chat line.
 const CONTENT: &str =
     "The quick brown fox jumps over the lazy dog; lunch at noon? Bring the slides and the drafts, please!";
@@ -95,7 +99,9 @@ async fn bench_engine(setup: EngineSetup, scenario: Scenario) -> Result<EngineRe
         acks::bench(&server, &mut conn, &mut report).await;
     }
     if scenario.includes(Scenario::Storage) {
-        storage::bench(&server, &mut conn, &mut report).await;
+        report
+            .storage
+            .extend(storage::bench(&server, &mut conn).await);
     }
     if scenario.includes(Scenario::ChatList) {
         chat_list::bench(&server, &mut conn, &mut report).await;
@@ -111,6 +117,8 @@ async fn bench_engine(setup: EngineSetup, scenario: Scenario) -> Result<EngineRe
     if scenario.includes(Scenario::Push) {
         // A server of its own: push on, beside a receiver.
         push::bench(setup, &mut report).await;
+        // A server of its own: the binary as a child process, whose memory is its own.
+        push_outage::bench(setup, &mut report).await;
     }
     if scenario.includes(Scenario::GroupCommit) {
         // Servers of its own: one per write-batch setting.

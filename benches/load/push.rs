@@ -19,7 +19,6 @@ use chorus::db::AnyConnection;
 use serde_json::json;
 
 use crate::args::EngineSetup;
-use crate::push_outage;
 use crate::report::EngineReport;
 use crate::requests::expect_json;
 use crate::runner::Measured;
@@ -78,8 +77,6 @@ pub async fn bench(setup: EngineSetup, report: &mut EngineReport) {
     burst_to_many_phones(&mut conn, &push, report).await;
     drop(conn);
     server.stop().await;
-    // A server of its own: the binary as a child process, whose memory is its own.
-    push_outage::bench(setup, report).await;
 }
 
 /// Waits until `done` holds for what the receiver got, or [`PATIENCE`] passes.

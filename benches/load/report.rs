@@ -74,10 +74,6 @@ impl EngineReport {
         self.key_numbers.push((name, format!("{value:.0}")));
     }
 
-    pub fn storage_row(&mut self, what: &str, rows: RowsWritten) {
-        self.storage.push((what.to_owned(), rows));
-    }
-
     pub fn print(&self) {
         println!("## {}\n", self.engine.title());
         println!("{}\n", self.description);

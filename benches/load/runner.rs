@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
+use crate::support::proc_status::{stat_ticks, TICKS_PER_SEC};
 use crate::TIME_LIMIT;
 
 /// What a run measured: successful requests, the items they carried (messages, group-acks),
@@ -117,4 +118,17 @@ where
     }
     all.elapsed = start.elapsed();
     all
+}
+
+/// CPU seconds the whole process used (user + system), from `/proc/self/stat`.
+fn process_cpu_secs() -> f64 {
+    stat_ticks("/proc/self/stat").map_or(0.0, |(_, ticks)| ticks as f64 / TICKS_PER_SEC)
+}
+
+/// The run's result and the CPU milliseconds per successful request it took.
+pub async fn measure_cpu(run: impl std::future::Future<Output = Measured>) -> (Measured, f64) {
+    let before = process_cpu_secs();
+    let m = run.await;
+    let cpu_ms = (process_cpu_secs() - before) * 1000.0 / m.ok.max(1) as f64;
+    (m, cpu_ms)
 }

@@ -28,11 +28,17 @@ pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64
     let (owner, others) = users.split_first().expect("a group needs an owner");
     let max_members = chorus::config::defaults::MAX_GROUP_MEMBERS;
     let mut wakes = Wakes::default();
-    let group_id =
-        chorus::db::groups::create_group(conn, owner, name, others, max_members, &mut wakes)
-            .expect("seed group through the db layer")
-            .expect("a seeded group fits under the cap")
-            .group_id;
+    let group_id = chorus::db::group_lifecycle::create_group(
+        conn,
+        owner,
+        name,
+        others,
+        max_members,
+        &mut wakes,
+    )
+    .expect("seed group through the db layer")
+    .expect("a seeded group fits under the cap")
+    .group_id;
     publish(conn);
     group_id
 }

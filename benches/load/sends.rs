@@ -14,10 +14,9 @@ use crate::requests::expect_empty;
 use crate::runner::{run_load, Measured};
 use crate::seed::{seed_group, users};
 use crate::server::BenchServer;
-use crate::{CONCURRENCY, CONTENT};
+use crate::{CONCURRENCY, CONTENT, SEND_GROUP_MEMBERS};
 
-pub const SENDS_PER_RUN: usize = 3000;
-pub const SEND_GROUP_MEMBERS: usize = 50;
+const SENDS_PER_RUN: usize = 3000;
 
 /// Each client sends as its own user; `senders[k]` is client k's (group, user).
 async fn run_sends(server: &BenchServer, senders: &[(i64, String)], tag: &str) -> Measured {

@@ -5,6 +5,13 @@ use chorus::config::SqliteSync;
 
 use crate::support::engine::Engine;
 
+/// `idle`'s waiting polls unless `--polls` says otherwise; one user, one connection each. A
+/// process holds at most its open-file limit of sockets (`ulimit -n`): each server process
+/// holds its share, each holder process at most `idle::holder::polls_per_holder`.
+pub const DEFAULT_IDLE_POLLS: usize = 10_000;
+/// Members of each of `idle`'s groups: `--polls` is at least one group.
+pub const IDLE_GROUP_SIZE: usize = 100;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
     Seed,
@@ -65,7 +72,7 @@ pub fn parse_args() -> Result<Args, String> {
     let mut scenarios = Vec::new();
     let mut engines = None;
     let mut tuning = DEFAULT_TUNING;
-    let mut idle_polls = crate::idle::DEFAULT_IDLE_POLLS;
+    let mut idle_polls = DEFAULT_IDLE_POLLS;
     let mut idle_instances = 1;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -99,7 +106,7 @@ pub fn parse_args() -> Result<Args, String> {
                 idle_polls = args
                     .next()
                     .and_then(|n| n.parse().ok())
-                    .filter(|n| *n >= crate::idle::IDLE_GROUP_SIZE)
+                    .filter(|n| *n >= IDLE_GROUP_SIZE)
                     .ok_or("--polls needs a number of at least one group")?;
             }
             "--instances" => {

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use url::form_urlencoded;
 
 use super::error::ApiError;
-use super::longpoll::TIMEOUT_RULE;
+use super::poll_timeout::TIMEOUT_RULE;
 use super::AppState;
 use crate::auth::{Identity, TokenError};
 use crate::db::devices::{check_device, touch_device, DeviceStanding};

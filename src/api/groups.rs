@@ -8,7 +8,7 @@ use super::extract::AuthUser;
 use super::json_body::JsonBody;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
-use crate::db::{groups, members};
+use crate::db::{group_lifecycle, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId};
 
 #[derive(Deserialize)]
@@ -32,7 +32,7 @@ pub async fn create_group(
     let group = state
         .db
         .write_checked(move |conn, wakes| {
-            groups::create_group(conn, &owner, &name, &member_ids, max_members, wakes)
+            group_lifecycle::create_group(conn, &owner, &name, &member_ids, max_members, wakes)
         })
         .await??;
     Ok(HttpResponse::Created().json(GroupView::from(group)))
@@ -69,7 +69,7 @@ pub async fn rename_group(
     let group = state
         .db
         .write_checked(move |conn, wakes| {
-            groups::rename_group(conn, group_id, &actor, &name, wakes)
+            group_lifecycle::rename_group(conn, group_id, &actor, &name, wakes)
         })
         .await??;
     Ok(HttpResponse::Ok().json(GroupView::from(group)))

@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
+use super::poll_timeout::parse_timeout;
 use super::AppState;
 use crate::db::changes::{current_watermark, Feed, MessageRef, Watermark, WindowEnd};
 use crate::db::user_groups::group_ids_of;
@@ -29,13 +30,11 @@ use crate::domain::parse_limit;
 use crate::notify::{Registration, WaitRefused};
 use crate::wake::WakeEvent;
 
-pub const DEFAULT_TIMEOUT_S: i64 = 25;
 /// How long a poll waits, before its first read, for this instance's committed writes to be
 /// published: a client that wrote through this instance and then polls sees its own write
 /// (and takes a fresh cursor after it). Publication follows a commit within a round trip;
 /// the bound only matters while the database is away.
 const CATCH_UP: Duration = Duration::from_secs(2);
-pub const MAX_TIMEOUT_S: i64 = 60;
 
 #[derive(Deserialize)]
 pub struct PollQuery {
@@ -262,17 +261,6 @@ pub fn read_window<R>(
             };
             Ok((window, rows))
         }
-    }
-}
-
-/// What `timeout_s` accepts, in the words of its errors (whatever is wrong with it).
-pub const TIMEOUT_RULE: &str = "must be a whole number of seconds, 0 or more (above 60 waits 60)";
-
-pub fn parse_timeout(raw: Option<i64>) -> Result<Duration, ApiError> {
-    match raw {
-        None => Ok(Duration::from_secs(DEFAULT_TIMEOUT_S as u64)),
-        Some(s) if s < 0 => Err(ApiError::Validation(format!("timeout_s: {TIMEOUT_RULE}"))),
-        Some(s) => Ok(Duration::from_secs(s.min(MAX_TIMEOUT_S) as u64)),
     }
 }
 
@@ -537,13 +525,5 @@ mod tests {
         );
         assert!(!FeedPosition::is_outdated(&current, &signer));
         assert!(!FeedPosition::is_outdated("garbage", &signer));
-    }
-
-    #[test]
-    fn timeout_defaults_clamps_and_rejects_negative() {
-        assert_eq!(parse_timeout(None).unwrap(), Duration::from_secs(25));
-        assert_eq!(parse_timeout(Some(600)).unwrap(), Duration::from_secs(60));
-        assert_eq!(parse_timeout(Some(0)).unwrap(), Duration::ZERO);
-        assert!(parse_timeout(Some(-1)).is_err());
     }
 }

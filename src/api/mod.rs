@@ -16,6 +16,7 @@ pub mod me;
 pub mod message_body;
 pub mod messages;
 pub mod meta;
+pub mod poll_timeout;
 pub mod push_targets;
 pub mod receipts;
 pub mod routes;

@@ -10,7 +10,7 @@ use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, R
 use super::{read_as_member, AppState};
 use crate::db::access::{Membership, Refusal};
 use crate::db::changes::{changed_receipts, Feed, MessageRef};
-use crate::db::messages::find_message;
+use crate::db::entry_refs::find_message;
 use crate::db::models::{EntryKind, MessageRow};
 use crate::db::receipt_counts::{message_receipts, receipt_counts};
 use crate::db::AnyConnection;

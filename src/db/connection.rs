@@ -5,9 +5,6 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::R2D2Connection;
-
-use super::proven_connection::ProvenConnection;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SqliteSync {
@@ -105,7 +102,7 @@ impl ConnectionManager {
     }
 
     /// Opens and sets up one connection.
-    fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
+    pub(super) fn open(&self) -> Result<AnyConnection, diesel::ConnectionError> {
         match self.engine {
             Engine::Postgres => {
                 let mut conn = diesel::PgConnection::establish(&self.url)?;
@@ -141,33 +138,6 @@ impl ConnectionManager {
                 }
                 Ok(AnyConnection::Sqlite(conn))
             }
-        }
-    }
-}
-
-impl r2d2::ManageConnection for ConnectionManager {
-    type Connection = ProvenConnection;
-    type Error = diesel::ConnectionError;
-
-    fn connect(&self) -> Result<ProvenConnection, diesel::ConnectionError> {
-        self.open().map(ProvenConnection::opened)
-    }
-
-    /// The check-out test, skipped for a connection that proved to work moments ago (see
-    /// [`ProvenConnection`]).
-    fn is_valid(&self, conn: &mut ProvenConnection) -> Result<(), diesel::ConnectionError> {
-        if conn.recently_proven() {
-            return Ok(());
-        }
-        let tested = conn.batch_execute("SELECT 1");
-        conn.record(&tested);
-        tested.map_err(diesel::ConnectionError::CouldntSetupConfiguration)
-    }
-
-    fn has_broken(&self, conn: &mut ProvenConnection) -> bool {
-        match &mut **conn {
-            AnyConnection::Postgresql(c) => c.is_broken(),
-            AnyConnection::Sqlite(c) => c.is_broken(),
         }
     }
 }
@@ -235,16 +205,6 @@ pub struct DbSettings {
     /// (see [`super::Db::shares_commits`]; false: each takes its own, for benches that compare
     /// the two).
     pub shared_commits: bool,
-}
-
-impl DbSettings {
-    /// Settings for one-off connections to `url` (tools, tests): the server's defaults.
-    pub fn for_url(url: &str) -> DbSettings {
-        DbSettings {
-            pool_size: 1,
-            ..crate::config::Settings::defaults().db_settings_for_url(url)
-        }
-    }
 }
 
 /// Opens a single connection outside any pool (start-up, `chorus migrate`).

@@ -12,10 +12,9 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::members::Follow;
 use super::models::now_utc;
 use super::push_targets::{delete_push_target, forget_what_devices_were_told};
-use super::raw_sql::{RawSql, Value};
+use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
@@ -315,39 +314,6 @@ pub fn advance_devices(
             )
         })
         .collect())
-}
-
-/// After devices sent entries: each device's cursor follows its entries (see
-/// [`Follow`]) if it had everything before them. A device that never acked in the group has
-/// no cursor row, and gets none. One statement, returned for the caller to run with the rest
-/// of the append (it reads nothing the append writes); none when no device sent.
-pub fn devices_past_own(group_id: GroupId, moves: &[(&str, &DeviceId, Follow)]) -> Option<RawSql> {
-    if moves.is_empty() {
-        return None;
-    }
-    let rows: Vec<Vec<Value<'_>>> = moves
-        .iter()
-        .map(|(user_id, device, follow)| {
-            vec![
-                Value::Text(user_id),
-                Value::Text(device.as_str()),
-                Value::Int(follow.from),
-                Value::Int(follow.to),
-            ]
-        })
-        .collect();
-    Some(
-        RawSql::default()
-            .sql("UPDATE device_cursors SET last_ack_msg_id = t.ack_to FROM ")
-            .rows("t", &["user_id", "device_id", "ack_from", "ack_to"], &rows)
-            .sql(" WHERE device_cursors.group_id = ")
-            .int(group_id.0)
-            .sql(
-                " AND device_cursors.user_id = t.user_id AND device_cursors.device_id = t.device_id \
-                 AND device_cursors.last_ack_msg_id = t.ack_from",
-            )
-            .keep_prepared(),
-    )
 }
 
 #[cfg(test)]

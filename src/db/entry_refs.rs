@@ -1,12 +1,15 @@
-//! What the entries of a page point at: the messages that change entries changed and that
-//! replies quote, and whom each message mentions. Two queries for any page, not one per entry.
+//! What entries point at: for a page, the messages that change entries changed and that
+//! replies quote, and whom each message mentions (two queries for any page, not one per
+//! entry); for an entry being appended, whether the message it names may be pointed at.
 
 use std::collections::HashMap;
 
 use diesel::prelude::*;
 
+use super::access::{Checked, Membership, Refusal};
 use super::models::{EntryKind, MessageRow};
 use super::AnyConnection;
+use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_msgs, mentions};
 
 #[derive(Debug, Default)]
@@ -99,4 +102,51 @@ fn load_mentions(
         by_message.entry(msg_id).or_default().push(user_id);
     }
     Ok(by_message)
+}
+
+pub fn find_message(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    msg_id: MsgId,
+) -> QueryResult<Option<MessageRow>> {
+    group_msgs::table
+        .filter(group_msgs::group_id.eq(group_id))
+        .filter(group_msgs::msg_id.eq(msg_id))
+        .select(MessageRow::as_select())
+        .first(conn)
+        .optional()
+}
+
+/// The message that `field` names for `member`, from the entry `appending` being appended: an
+/// earlier entry of the group from after they joined, and still a message: not recalled or
+/// deleted, not a change entry or a system line.
+pub fn visible_message(
+    conn: &mut AnyConnection,
+    member: &Membership,
+    field: &'static str,
+    msg_id: MsgId,
+    appending: MsgId,
+) -> Checked<MessageRow> {
+    let group_id = member.group.group_id;
+    let found = find_message(conn, GroupId(group_id), msg_id)?
+        .filter(|m| m.msg_id > member.member.joined_after_msg_id && m.msg_id < appending.0);
+    let Some(entry) = found else {
+        return Ok(Err(Refusal::NoSuchEntry {
+            field,
+            group_id,
+            msg_id: msg_id.0,
+        }));
+    };
+    Ok(match entry.kind {
+        EntryKind::Message => Ok(entry),
+        EntryKind::Recalled | EntryKind::Deleted => Err(Refusal::Retracted {
+            msg_id: entry.msg_id,
+            kind: entry.kind,
+        }),
+        kind => Err(Refusal::NotAMessage {
+            field,
+            msg_id: entry.msg_id,
+            kind,
+        }),
+    })
 }

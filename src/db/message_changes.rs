@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
 use super::access::{Checked, Membership, Refusal};
-use super::messages::visible_message;
+use super::entry_refs::visible_message;
 use super::models::{EntryKind, MessageRow};
 use super::AnyConnection;
 use crate::domain::MsgId;

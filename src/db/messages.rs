@@ -6,10 +6,12 @@ use diesel::prelude::*;
 use std::collections::HashMap;
 
 use super::access::{Checked, Membership, Refusal};
+use super::entry_refs::visible_message;
 use super::groups::{lock_group, lock_group_and_members, record_appended, LockedWithMembers};
-use super::members::{advance_past_own_entries, read_past_expired, OwnEntry};
+use super::members::read_past_expired;
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
+use super::own_entries::{advance_past_own_entries, OwnEntry};
 use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
@@ -426,40 +428,6 @@ fn check_message(
     Ok(Ok(()))
 }
 
-/// The message that `field` names for `member`, from the entry `appending` being appended: an
-/// earlier entry of the group from after they joined, and still a message: not recalled or
-/// deleted, not a change entry or a system line.
-pub fn visible_message(
-    conn: &mut AnyConnection,
-    member: &Membership,
-    field: &'static str,
-    msg_id: MsgId,
-    appending: MsgId,
-) -> Checked<MessageRow> {
-    let group_id = member.group.group_id;
-    let found = find_message(conn, GroupId(group_id), msg_id)?
-        .filter(|m| m.msg_id > member.member.joined_after_msg_id && m.msg_id < appending.0);
-    let Some(entry) = found else {
-        return Ok(Err(Refusal::NoSuchEntry {
-            field,
-            group_id,
-            msg_id: msg_id.0,
-        }));
-    };
-    Ok(match entry.kind {
-        EntryKind::Message => Ok(entry),
-        EntryKind::Recalled | EntryKind::Deleted => Err(Refusal::Retracted {
-            msg_id: entry.msg_id,
-            kind: entry.kind,
-        }),
-        kind => Err(Refusal::NotAMessage {
-            field,
-            msg_id: entry.msg_id,
-            kind,
-        }),
-    })
-}
-
 /// The members a message by `sender_id` stores as mentioned, in user id order: the sender is
 /// left out (their own message never counts for them).
 pub fn stored_mentions(sender_id: &str, mentioned: &[String]) -> Vec<String> {
@@ -494,19 +462,6 @@ fn store_mentions(conn: &mut AnyConnection, stored: &[(&NewEntry, MessageRow)]) 
         .values(&rows)
         .execute(c))?;
     Ok(())
-}
-
-pub fn find_message(
-    conn: &mut AnyConnection,
-    group_id: GroupId,
-    msg_id: MsgId,
-) -> QueryResult<Option<MessageRow>> {
-    group_msgs::table
-        .filter(group_msgs::group_id.eq(group_id))
-        .filter(group_msgs::msg_id.eq(msg_id))
-        .select(MessageRow::as_select())
-        .first(conn)
-        .optional()
 }
 
 /// Deletes up to `batch` of the oldest messages created before `cutoff` (message

@@ -4,7 +4,7 @@ use std::fs::OpenOptions;
 use std::path::Path;
 
 use super::connection::{DbSettings, Engine};
-use crate::config::redact_url;
+use crate::redact::redact_url;
 
 /// `error` (from opening a connection with `settings`) as one line that names the database.
 /// SQLite says only "unable to open database file"; the operating system's reason is added.

@@ -15,7 +15,10 @@
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use super::connection::AnyConnection;
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::R2D2Connection;
+
+use super::connection::{AnyConnection, ConnectionManager};
 
 /// How long after the last proof that a connection works the check-out test is skipped.
 pub const ALIVE_WITHOUT_TEST: Duration = Duration::from_millis(500);
@@ -59,6 +62,33 @@ impl Deref for ProvenConnection {
 impl DerefMut for ProvenConnection {
     fn deref_mut(&mut self) -> &mut AnyConnection {
         &mut self.conn
+    }
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = ProvenConnection;
+    type Error = diesel::ConnectionError;
+
+    fn connect(&self) -> Result<ProvenConnection, diesel::ConnectionError> {
+        self.open().map(ProvenConnection::opened)
+    }
+
+    /// The check-out test, skipped for a connection that proved to work moments ago (see
+    /// [`ProvenConnection`]).
+    fn is_valid(&self, conn: &mut ProvenConnection) -> Result<(), diesel::ConnectionError> {
+        if conn.recently_proven() {
+            return Ok(());
+        }
+        let tested = conn.batch_execute("SELECT 1");
+        conn.record(&tested);
+        tested.map_err(diesel::ConnectionError::CouldntSetupConfiguration)
+    }
+
+    fn has_broken(&self, conn: &mut ProvenConnection) -> bool {
+        match &mut **conn {
+            AnyConnection::Postgresql(c) => c.is_broken(),
+            AnyConnection::Sqlite(c) => c.is_broken(),
+        }
     }
 }
 

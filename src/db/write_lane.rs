@@ -21,7 +21,7 @@ use diesel::prelude::*;
 
 use super::connection::AnyConnection;
 use super::error::DbError;
-use super::pool::Pool;
+use super::gated_pool::Pool;
 use super::publish::publish_pending;
 use super::wait_count::{WaitCount, Waiting};
 

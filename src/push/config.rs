@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::config::{redact_url, Settings};
+use crate::config::Settings;
+use crate::redact::redact_url;
 
 /// Shorter secrets are guessable; the same floor as the JWT secret's.
 pub const MIN_SECRET_BYTES: usize = 32;

@@ -32,7 +32,7 @@ struct Node {
 impl ScratchPg {
     /// Creates `<prefix>_<16 random hex digits>`; Err says why it could not.
     pub fn create(admin_url: &str, prefix: &str) -> Result<ScratchPg, String> {
-        let redacted = chorus::config::redact_url(admin_url);
+        let redacted = chorus::redact::redact_url(admin_url);
         let mut admin = PgConnection::establish(admin_url)
             .map_err(|e| format!("PostgreSQL at {redacted} is unreachable: {e}"))?;
         let name = format!("{prefix}_{:016x}", rand::random::<u64>());
@@ -174,7 +174,7 @@ fn citus_workers(admin: &mut PgConnection) -> diesel::QueryResult<Option<Vec<Nod
 }
 
 fn run(url: &str, statement: &str) -> Result<(), String> {
-    let redacted = chorus::config::redact_url(url);
+    let redacted = chorus::redact::redact_url(url);
     let mut conn =
         PgConnection::establish(url).map_err(|e| format!("{redacted} is unreachable: {e}"))?;
     diesel::sql_query(statement)

@@ -8,13 +8,10 @@ use std::future::Future;
 use chorus::db::AnyConnection;
 use serde_json::{json, Value};
 
-use crate::acks::BATCH_ACK_GROUPS;
-use crate::report::EngineReport;
 use crate::requests::expect_empty;
 use crate::seed::{seed_group, seed_messages, users};
-use crate::sends::SEND_GROUP_MEMBERS;
 use crate::server::BenchServer;
-use crate::CONTENT;
+use crate::{BATCH_ACK_GROUPS, CONTENT, SEND_GROUP_MEMBERS};
 use snapshot::snapshot;
 pub use snapshot::RowsWritten;
 
@@ -39,7 +36,9 @@ where
     rows
 }
 
-pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut EngineReport) {
+/// The rows each kind of request writes, by kind, for the report's storage table.
+pub async fn bench(server: &BenchServer, conn: &mut AnyConnection) -> Vec<(String, RowsWritten)> {
+    let mut written = Vec::new();
     eprintln!("storage: diffing tables around single requests");
     let members = users("probe", SEND_GROUP_MEMBERS);
     let group = seed_group(conn, "probe", &members);
@@ -52,7 +51,7 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
         expect_empty(http.post(&send_path, &tokens[i % tokens.len()], &body), 201)
     })
     .await;
-    report.storage_row(&format!("send to a group of {SEND_GROUP_MEMBERS}"), sends);
+    written.push((format!("send to a group of {SEND_GROUP_MEMBERS}"), sends));
 
     let ack_path = format!("/v1/groups/{group}/ack");
     let reader = &tokens[tokens.len() - 1];
@@ -63,7 +62,7 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
         )
     })
     .await;
-    report.storage_row("ack that moves the cursor", acks);
+    written.push(("ack that moves the cursor".to_owned(), acks));
     let repeats = measure_rows(conn, PROBE_OPS, |_| {
         expect_empty(
             http.post(&ack_path, reader, &json!({"last_ack_msg_id": PROBE_OPS})),
@@ -71,7 +70,7 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
         )
     })
     .await;
-    report.storage_row("ack repeating the cursor", repeats);
+    written.push(("ack repeating the cursor".to_owned(), repeats));
 
     let batch_members = vec!["probe-batch-owner".to_owned(), "probe-batcher".to_owned()];
     let batch_groups: Vec<i64> = (0..BATCH_ACK_GROUPS)
@@ -93,8 +92,6 @@ pub async fn bench(server: &BenchServer, conn: &mut AnyConnection, report: &mut 
         )
     })
     .await;
-    report.storage_row(
-        &format!("POST /v1/acks, {BATCH_ACK_GROUPS} groups"),
-        batches,
-    );
+    written.push((format!("POST /v1/acks, {BATCH_ACK_GROUPS} groups"), batches));
+    written
 }

@@ -24,11 +24,7 @@ pub fn holder_file() -> Option<String> {
         .flatten()
 }
 
-/// Waiting polls unless `--polls` says otherwise; one user, one connection each. A process
-/// holds at most its open-file limit of sockets (`ulimit -n`): each server process holds its
-/// share, each holder process at most [`polls_per_holder`].
-pub const DEFAULT_IDLE_POLLS: usize = 10_000;
-pub const IDLE_GROUP_SIZE: usize = 100;
+pub use crate::args::IDLE_GROUP_SIZE;
 pub const IDLE_POLL_TIMEOUT_S: u64 = 60;
 pub const IDLE_CONNECT_CONCURRENCY: usize = 200;
 pub const IDLE_SETUP_CONCURRENCY: usize = 32;
