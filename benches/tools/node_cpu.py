@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU each PostgreSQL server spent while a command ran: the data for BENCHMARKS.md's
+"""CPU each PostgreSQL server spent while a command ran: the data for benches/HISTORY.md's
 projection of what more Citus workers carry (what one operation costs the coordinator and
 the workers, measured on one machine).
 
