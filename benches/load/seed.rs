@@ -4,9 +4,9 @@
 
 use chorus::config::defaults;
 use chorus::db::access::Checked;
+use chorus::db::engine::publish::publish_now;
 use chorus::db::message_changes::{Change, ChangeWindows};
 use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
-use chorus::db::publish::publish_now;
 use chorus::db::AnyConnection;
 use chorus::domain::MsgId;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.

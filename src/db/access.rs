@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use diesel::prelude::*;
 
-use super::distribution::on_citus;
+use super::engine::distribution::on_citus;
+use super::engine::raw_sql::{RawSql, Value};
 use super::models::{EntryKind, GroupRow, MemberRow};
-use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::schema::{group_members, groups};
 

@@ -1,7 +1,7 @@
 //! Change feeds for long-polls: what was published between two watermarks.
 //!
 //! Each feed row carries the position publication stamped on it (`pos`, see
-//! [`super::publish`]): the feed clock's value at the publication that found it committed.
+//! [`super::engine::publish`]): the feed clock's value at the publication that found it committed.
 //! Publications take turns, so what any reader sees published is a prefix of the clock. A
 //! [`Watermark`] is a clock value a reader has read up to: the changes between watermarks
 //! `from` and `to` are the rows with `from < pos <= to`, and none can appear there later.
@@ -9,8 +9,9 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable};
 
-use super::distribution::on_citus;
-use super::raw_sql::RawSql;
+use super::engine::distribution::on_citus;
+use super::engine::publish::ClockValue;
+use super::engine::raw_sql::RawSql;
 use super::{AnyConnection, MultiBackend};
 
 /// A feed clock value: every change published at or below it has been seen.
@@ -39,13 +40,6 @@ pub enum Feed {
     Receipts,
 }
 
-/// The feed clock's value, as a statement reading or moving it returns it.
-#[derive(QueryableByName)]
-pub(super) struct ClockValue {
-    #[diesel(sql_type = BigInt)]
-    pub(super) published: i64,
-}
-
 /// The newest watermark a reader may take: every change published at or below it is visible
 /// to the reader's next statement.
 ///
@@ -54,7 +48,7 @@ pub(super) struct ClockValue {
 /// yet. But each publication updates the clock on every node, and so waits there for the one
 /// before it to commit: a reader that sees value `c` anywhere knows publication `c - 1`
 /// committed everywhere. It reads up to `c - 1`; the publication after a busy one closes it
-/// (see [`super::publish`]), so a change never waits for the next write to become readable.
+/// (see [`super::engine::publish`]), so a change never waits for the next write to become readable.
 pub fn current_watermark(conn: &mut AnyConnection) -> QueryResult<Watermark> {
     // Every long-poll without a cursor starts here, so the statement stays prepared.
     let rows: Vec<ClockValue> = RawSql::default()

@@ -9,9 +9,9 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
-use super::fixed_sql::fixed_sql;
+use super::engine::fixed_sql::fixed_sql;
+use super::engine::raw_sql::RawSql;
 use super::models::EntryKind;
-use super::raw_sql::RawSql;
 use super::unread::{unread_sql, UnreadInputs, MENTIONS_OVER_ROWS, NOT_COUNTED_OVER_ROWS};
 use super::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
@@ -220,7 +220,7 @@ pub fn total_unread(conn: &mut AnyConnection, user_id: &str) -> QueryResult<i64>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::fixed_sql::tests::kept;
+    use crate::db::engine::fixed_sql::tests::kept;
 
     #[test]
     fn every_form_of_the_chat_list_query_stays_prepared() {

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use diesel::sql_types::BigInt;
 use diesel::{QueryResult, QueryableByName};
 
+use super::engine::raw_sql::{RawSql, Value};
 use super::models::MemberRow;
-use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::GroupId;
 

@@ -9,11 +9,11 @@ use super::access::{
 };
 use super::cursor_counts::{CursorMoves, MemberCursors};
 use super::devices::{advance_devices, device_acks};
+use super::engine::raw_sql::RawSql;
 use super::member_events::reads_statements;
 use super::members::{advance_members, Advance};
 use super::models::MemberRow;
 use super::push_due::{lock_badges, note_reads_on_devices};
-use super::raw_sql::RawSql;
 use super::receipts::changes_statements;
 use super::unread::{above_read_after, UnreadInputs};
 use super::AnyConnection;

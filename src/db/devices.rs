@@ -12,9 +12,9 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
+use super::engine::raw_sql::RawSql;
 use super::models::now_utc;
 use super::push_targets::{delete_push_target, forget_what_devices_were_told};
-use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;

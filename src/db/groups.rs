@@ -4,8 +4,8 @@ use diesel::prelude::*;
 use std::collections::HashMap;
 
 use super::access::{LockedRow, Membership, MEMBERSHIP_COLUMNS};
+use super::engine::raw_sql::RawSql;
 use super::models::GroupRow;
-use super::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::groups;

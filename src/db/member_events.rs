@@ -4,8 +4,8 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
+use super::engine::raw_sql::{RawSql, Value};
 use super::models::now_utc;
-use super::raw_sql::{RawSql, Value};
 use super::receipts::delete_oldest_before;
 use super::AnyConnection;
 use crate::domain::DeviceId;

@@ -8,11 +8,11 @@ use std::collections::HashSet;
 
 use super::access::{member_of, Busy, Checked, Refusal};
 use super::cursor_counts::{CursorMoves, MemberCursors};
-use super::distribution::one_group;
+use super::engine::distribution::one_group;
+use super::engine::raw_sql::{RawSql, Value};
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::models::{now_utc, MemberRow, NewMember, Role};
-use super::raw_sql::{RawSql, Value};
 use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
 use super::unread::own_messages_passed;

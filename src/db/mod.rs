@@ -10,50 +10,36 @@
 pub mod access;
 pub mod changes;
 pub mod chat_list;
-mod connection;
 pub mod cursor_counts;
 pub mod cursors;
 pub mod devices;
-pub mod distribution;
+pub mod engine;
 pub mod entry_refs;
-mod error;
-mod fixed_sql;
-mod gated_pool;
 pub mod group_lifecycle;
 pub mod groups;
 pub mod member_events;
 pub mod members;
 pub mod message_changes;
 pub mod messages;
-mod migrations;
 pub mod models;
-mod open_failure;
 mod own_entries;
-mod pool;
-mod proven_connection;
-pub mod publish;
 pub mod push_due;
 pub mod push_outbox;
 pub mod push_targets;
-pub mod raw_sql;
 pub mod receipt_counts;
 pub mod receipts;
 pub mod shared_acks;
-pub mod shared_commits;
 pub mod shared_sends;
-mod storage;
 pub mod system_lines;
 pub mod unread;
 pub mod user_groups;
-mod wait_count;
-mod write_lane;
 
-pub use connection::{
+pub use engine::connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,
 };
-pub use error::DbError;
-pub use migrations::{
+pub use engine::error::DbError;
+pub use engine::migrations::{
     is_ready, migrate_and_distribute, revert_all_migrations, revert_last_migration, run_migrations,
 };
-pub use open_failure::describe_open_failure;
-pub use pool::{Db, Pool};
+pub use engine::open_failure::describe_open_failure;
+pub use engine::pool::{Db, Pool};

@@ -8,8 +8,8 @@ use diesel::prelude::*;
 
 use super::access::Membership;
 use super::cursor_counts::{CursorMoves, MemberCursors};
+use super::engine::raw_sql::{RawSql, Value};
 use super::models::MemberRow;
-use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 

@@ -21,9 +21,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
 use super::access::Busy;
-use super::distribution::on_citus;
+use super::engine::distribution::on_citus;
+use super::engine::raw_sql::{RawSql, Value};
 use super::members::lock_in_order;
-use super::raw_sql::{RawSql, Value};
 use super::unread::unread_sql;
 use super::AnyConnection;
 use crate::domain::GroupId;

@@ -11,7 +11,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamp};
 
-use super::raw_sql::RawSql;
+use super::engine::raw_sql::RawSql;
 use super::AnyConnection;
 
 /// Who holds a delivery attempt, until when.

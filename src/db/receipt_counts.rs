@@ -18,7 +18,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 
 use super::cursor_counts::{CursorCounts, Tally};
-use super::raw_sql::RawSql;
+use super::engine::raw_sql::RawSql;
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 

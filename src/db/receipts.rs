@@ -5,8 +5,8 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Timestamp};
 
+use super::engine::raw_sql::{RawSql, Value};
 use super::models::now_utc;
-use super::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::receipt_events;

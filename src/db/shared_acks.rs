@@ -1,5 +1,5 @@
 //! Acking: the one operation every ack takes, whatever the engine. Acks that arrive together
-//! share one transaction (see [`super::shared_commits`]): one commit and one
+//! share one transaction (see [`super::engine::shared_commits`]): one commit and one
 //! flush for acks of many users, where each alone would pay its own. Acks of different users
 //! touch different rows, so unlike sends they do not queue behind each other's locks; what
 //! they share is the commit.
@@ -16,9 +16,9 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use diesel::QueryResult;
 
 use super::cursors::{ack_requests, ack_requests_beside_busy, refusal_of, AcksOf, CursorState};
-use super::distribution::serving_citus;
-use super::error::DbError;
-use super::shared_commits::{Answered, SharedCommits, SharedWork};
+use super::engine::distribution::serving_citus;
+use super::engine::error::DbError;
+use super::engine::shared_commits::{Answered, SharedCommits, SharedWork};
 use super::AnyConnection;
 use crate::db::access::Refusal;
 use crate::wake::Wakes;
@@ -40,6 +40,7 @@ impl SharedWork for Acks {
     type Key = u64;
     type Item = AcksOf;
     type Answer = Vec<CursorState>;
+    type Refused = Refusal;
     const WHAT: &'static str = "ack";
 
     /// Oldest first, as many requests as fit: no membership twice, at most `limit` acks

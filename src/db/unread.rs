@@ -28,8 +28,8 @@ use std::sync::LazyLock;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::distribution::one_group;
-use super::raw_sql::{RawSql, Value};
+use super::engine::distribution::one_group;
+use super::engine::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 
 /// SQL about a membership row (`group_members`) that reads other tables of the row's group:

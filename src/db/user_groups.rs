@@ -13,7 +13,7 @@ use diesel::sql_types::BigInt;
 use diesel::QueryResult;
 use diesel::QueryableByName;
 
-use super::raw_sql::{RawSql, Value};
+use super::engine::raw_sql::{RawSql, Value};
 use super::AnyConnection;
 
 #[derive(QueryableByName)]

@@ -9,7 +9,7 @@ use crate::support::http::Reply;
 
 /// How long a drained feed must then stay quiet before the checks read it: longer than the
 /// once-a-second sweep by which a live instance publishes what a killed one committed but had
-/// not yet published (see `db::publish`), with room for a loaded machine.
+/// not yet published (see `db::engine::publish`), with room for a loaded machine.
 pub const QUIET_FOR_S: u64 = 3;
 
 /// Polls that got no 200, by why.

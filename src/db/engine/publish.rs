@@ -38,11 +38,10 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Text};
 use tokio::sync::{watch, Notify};
 
-use super::changes::ClockValue;
+use super::connection::AnyConnection;
 use super::distribution::on_citus;
 use super::gated_pool::GatedPool;
 use super::raw_sql::RawSql;
-use super::AnyConnection;
 use crate::notify::Notifier;
 use crate::wake::{WakeEvent, Wakes, CHANNEL};
 
@@ -53,6 +52,13 @@ const MAX_QUEUED: usize = 65_536;
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How often a publisher looks for rows left unpublished (an instance died after its commit).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// The feed clock's value, as a statement reading or moving it returns it.
+#[derive(QueryableByName)]
+pub struct ClockValue {
+    #[diesel(sql_type = BigInt)]
+    pub published: i64,
+}
 
 /// Which feeds hold rows waiting for a position.
 #[derive(QueryableByName)]
@@ -252,7 +258,7 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
 
 /// The round on Citus, where a reader trusts only the positions below the clock it sees (see
-/// [`super::changes::current_watermark`]): the clock also moves when the last publication
+/// [`crate::db::changes::current_watermark`]): the clock also moves when the last publication
 /// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
 /// publication at once; this catches one left open by an instance that stopped in between.
 static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));

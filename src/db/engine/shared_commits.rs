@@ -37,10 +37,9 @@ use std::sync::{Arc, Mutex};
 use diesel::QueryResult;
 use tokio::sync::oneshot;
 
-use super::access::Refusal;
+use super::connection::AnyConnection;
 use super::error::DbError;
 use super::pool::Db;
-use super::AnyConnection;
 use crate::wake::Wakes;
 
 /// One kind of write that shares transactions: what it queues, how a batch is chosen and how
@@ -51,6 +50,8 @@ pub trait SharedWork: Send + Sync + 'static {
     type Item: Send + Sync + 'static;
     /// What a stored write answers.
     type Answer: Send + 'static;
+    /// What a write refused by the rules answers instead (nothing of it is stored).
+    type Refused: Send + 'static;
     /// Names the writes in logs.
     const WHAT: &'static str;
 
@@ -87,7 +88,7 @@ pub trait SharedWork: Send + Sync + 'static {
 }
 
 /// What one stored write answers: its answer, or why it was refused.
-pub type Answered<W> = Result<<W as SharedWork>::Answer, Refusal>;
+pub type Answered<W> = Result<<W as SharedWork>::Answer, <W as SharedWork>::Refused>;
 
 /// What a queued write hears.
 pub type Outcome<W> = Result<Answered<W>, DbError>;

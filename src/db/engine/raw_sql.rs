@@ -15,8 +15,8 @@ use diesel::query_dsl::RunQueryDsl;
 use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamp, Untyped};
 use diesel::{QueryResult, QueryableByName};
 
+use super::connection::{AnyConnection, MultiBackend};
 use super::distribution::on_citus;
-use super::{AnyConnection, MultiBackend};
 
 enum Bind {
     Text(String),

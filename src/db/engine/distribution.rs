@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use diesel::sql_types::{BigInt, Bool, Text};
 use diesel::{QueryResult, QueryableByName, RunQueryDsl};
 
-use super::AnyConnection;
+use super::connection::AnyConnection;
 
 /// How Citus places a table's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -175,7 +175,7 @@ mod tests {
     use std::sync::mpsc;
 
     use super::*;
-    use crate::db::connection::DbSettings;
+    use crate::db::engine::connection::DbSettings;
 
     /// A pool of one connection to a new SQLite file, which waits `timeout` for it. The
     /// connection is opened first, with time to spare on a loaded machine.

@@ -202,7 +202,7 @@ pub struct DbSettings {
     pub sqlite_cache_kib: u64,
     pub statement_timeout: Duration,
     /// PostgreSQL: whether clients' sends and acks that arrive together share transactions
-    /// (see [`super::Db::shares_commits`]; false: each takes its own, for benches that compare
+    /// (see [`crate::db::Db::shares_commits`]; false: each takes its own, for benches that compare
     /// the two).
     pub shared_commits: bool,
 }

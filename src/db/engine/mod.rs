@@ -1,0 +1,15 @@
+pub(super) mod connection;
+pub mod distribution;
+pub(super) mod error;
+pub(super) mod fixed_sql;
+pub(super) mod gated_pool;
+pub(super) mod migrations;
+pub(super) mod open_failure;
+pub(super) mod pool;
+pub(super) mod proven_connection;
+pub mod publish;
+pub mod raw_sql;
+pub mod shared_commits;
+pub(super) mod storage;
+pub(super) mod wait_count;
+pub(super) mod write_lane;
