@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::db::cursor_counts::{fold_group_moves, groups_with_moves};
+use crate::db::member_cursors::cursor_counts::{fold_group_moves, groups_with_moves};
 use crate::db::Db;
 
 /// Groups looked up per round trip; each is folded in a transaction of its own, which holds

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::db::devices::forget_devices_before;
-use crate::db::member_events::delete_member_events_before;
-use crate::db::messages::delete_messages_before;
-use crate::db::receipts::delete_changes_before;
+use crate::db::device::devices::forget_devices_before;
+use crate::db::group::member_events::delete_member_events_before;
+use crate::db::member_cursors::receipts::delete_changes_before;
+use crate::db::message::messages::delete_messages_before;
 use crate::db::{AnyConnection, Db, DbError};
 use crate::wake::Wakes;
 

@@ -8,7 +8,7 @@
 //! `chorus_bench_<random>` created from CHORUS_BENCH_DATABASE_URL and dropped afterwards) and
 //! its own server. SQLite runs twice, with `synchronous = FULL` (the default) and `NORMAL`.
 //! Fixtures (groups, and the messages that pulls and acks need) are seeded through the db
-//! layer (`chorus::db::group_lifecycle::create_group`, `chorus::db::messages::send`) on one direct
+//! layer (`chorus::db::group::group_lifecycle::create_group`, `chorus::db::message::messages::send`) on one direct
 //! connection, because seeding 20,000 messages over HTTP would take longer than the runs;
 //! everything measured goes through HTTP. Every load loop is bounded by a count and by
 //! [`TIME_LIMIT`]. Markdown goes to stdout, progress to stderr.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use chorus::config::Settings;
 use chorus::db::models::now_utc;
-use chorus::db::push_due::{due_devices, CandidateScan, Cutoffs};
+use chorus::db::push::push_due::{due_devices, CandidateScan, Cutoffs};
 use chorus::db::AnyConnection;
 use serde_json::json;
 

@@ -3,10 +3,10 @@
 //! function here, so a change of the db layer's signatures is an edit in one place.
 
 use chorus::config::defaults;
-use chorus::db::access::Checked;
 use chorus::db::engine::publish::publish_now;
-use chorus::db::message_changes::{Change, ChangeWindows};
-use chorus::db::messages::{Author, MessageDraft, SendOutcome, UserEntry};
+use chorus::db::group::access::Checked;
+use chorus::db::message::message_changes::{Change, ChangeWindows};
+use chorus::db::message::messages::{Author, MessageDraft, SendOutcome, UserEntry};
 use chorus::db::AnyConnection;
 use chorus::domain::MsgId;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
@@ -28,7 +28,7 @@ pub fn seed_group(conn: &mut AnyConnection, name: &str, users: &[String]) -> i64
     let (owner, others) = users.split_first().expect("a group needs an owner");
     let max_members = chorus::config::defaults::MAX_GROUP_MEMBERS;
     let mut wakes = Wakes::default();
-    let group_id = chorus::db::group_lifecycle::create_group(
+    let group_id = chorus::db::group::group_lifecycle::create_group(
         conn,
         owner,
         name,
@@ -69,7 +69,7 @@ fn seed_message(
         edit_secs: defaults::EDIT_WINDOW_SECS,
     };
     let mut wakes = Wakes::default();
-    chorus::db::messages::send(
+    chorus::db::message::messages::send(
         conn,
         group_id,
         author,
@@ -156,7 +156,7 @@ pub fn seed_edits(conn: &mut AnyConnection, group_id: i64, sender: &str, count: 
                     target: MsgId(target as i64),
                 };
                 let client_msg_id = format!("edit-{group_id}-{target}");
-                let outcome = chorus::db::messages::send(
+                let outcome = chorus::db::message::messages::send(
                     conn,
                     group_id,
                     author,
@@ -187,8 +187,8 @@ fn windows() -> ChangeWindows {
 /// A phone for each of `users` (device `<user>-phone`) with a push target, as if each had
 /// signed in and registered; one transaction.
 pub fn seed_push_targets(conn: &mut AnyConnection, users: &[String]) {
-    use chorus::db::devices::touch_device;
-    use chorus::db::push_targets::{register_push_target, Caller};
+    use chorus::db::device::devices::touch_device;
+    use chorus::db::device::push_targets::{register_push_target, Caller};
     use chorus::domain::{DeviceId, PushPlatform, PushToken};
     let platform = PushPlatform::parse("apns").expect("platform");
     seed_transaction(conn, |conn| {

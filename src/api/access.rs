@@ -3,7 +3,7 @@
 use super::error::ApiError;
 use super::extract::AuthUser;
 use super::AppState;
-use crate::db::access::{member_of, Membership};
+use crate::db::group::access::{member_of, Membership};
 use crate::db::AnyConnection;
 
 /// Checks membership and, for a member, runs `then` with the group and membership rows, all

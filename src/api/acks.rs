@@ -8,8 +8,8 @@ use super::extract::AuthUser;
 use super::json_body::JsonBody;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
-use crate::db::access::Refusal;
-use crate::db::cursors::{AckRequest, AcksOf, CursorState};
+use crate::db::acks::cursors::{AckRequest, AcksOf, CursorState};
+use crate::db::group::access::Refusal;
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
 #[derive(Deserialize)]

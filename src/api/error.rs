@@ -8,9 +8,9 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::db::access::Refusal;
+use crate::db::device::push_targets::TargetRefusal;
+use crate::db::group::access::Refusal;
 use crate::db::models::EntryKind;
-use crate::db::push_targets::TargetRefusal;
 use crate::db::DbError;
 use crate::domain::ValidationError;
 

@@ -11,7 +11,7 @@ use super::error::ApiError;
 use super::poll_timeout::TIMEOUT_RULE;
 use super::AppState;
 use crate::auth::{Identity, TokenError};
-use crate::db::devices::{check_device, touch_device, DeviceStanding};
+use crate::db::device::devices::{check_device, touch_device, DeviceStanding};
 use crate::domain::{DeviceId, UserId, MAX_PAGE_LIMIT, MAX_REQUEST_BODY_BYTES};
 
 /// The caller, proven by a valid bearer token, and the device they call from (None: their

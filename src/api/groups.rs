@@ -8,7 +8,7 @@ use super::extract::AuthUser;
 use super::json_body::JsonBody;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
-use crate::db::{group_lifecycle, members};
+use crate::db::group::{group_lifecycle, members};
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId};
 
 #[derive(Deserialize)]

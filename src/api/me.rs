@@ -8,9 +8,9 @@ use super::error::ApiError;
 use super::extract::AuthUser;
 use super::views::{DeviceView, DevicesPage, MyGroupView, MyGroupsPage};
 use super::AppState;
-use crate::db::chat_list::{chat_list_page, total_unread, ChatListRow, ListOrder};
-use crate::db::devices::{list_devices, remove_device};
-use crate::db::member_events::device_column;
+use crate::db::device::devices::{list_devices, remove_device};
+use crate::db::group::member_events::device_column;
+use crate::db::read_models::chat_list::{chat_list_page, total_unread, ChatListRow, ListOrder};
 use crate::domain::{parse_limit, DeviceId};
 
 #[derive(Deserialize)]

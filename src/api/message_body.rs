@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
-use crate::db::message_changes::Change;
-use crate::db::messages::{MessageDraft, UserEntry};
+use crate::db::message::message_changes::Change;
+use crate::db::message::messages::{MessageDraft, UserEntry};
 use crate::domain::MsgId;
 use crate::domain::{parse_client_msg_id, parse_content, parse_ext, parse_mentions, parse_msg_id};
 

@@ -10,7 +10,7 @@ use super::extract::AuthUser;
 use super::json_body::JsonBody;
 use super::views::PushTargetResponse;
 use super::AppState;
-use crate::db::push_targets::{register_push_target, remove_push_target, Caller};
+use crate::db::device::push_targets::{register_push_target, remove_push_target, Caller};
 use crate::domain::{DeviceId, PushPlatform, PushToken};
 
 /// Fields are read as any JSON value and checked here, so a missing field or one of the wrong

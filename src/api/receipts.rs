@@ -8,11 +8,11 @@ use super::extract::AuthUser;
 use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
-use crate::db::access::{Membership, Refusal};
-use crate::db::changes::{changed_receipts, Feed, MessageRef};
-use crate::db::entry_refs::find_message;
+use crate::db::group::access::{Membership, Refusal};
+use crate::db::message::entry_refs::find_message;
 use crate::db::models::{EntryKind, MessageRow};
-use crate::db::receipt_counts::{message_receipts, receipt_counts};
+use crate::db::read_models::changes::{changed_receipts, Feed, MessageRef};
+use crate::db::read_models::receipt_counts::{message_receipts, receipt_counts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
 

@@ -7,9 +7,9 @@ use actix_web::web;
 
 use super::longpoll::CursorSigner;
 use crate::auth::TokenKeys;
-use crate::db::message_changes::ChangeWindows;
-use crate::db::shared_acks::SharedAcks;
-use crate::db::shared_sends::SharedSends;
+use crate::db::acks::shared_acks::SharedAcks;
+use crate::db::message::message_changes::ChangeWindows;
+use crate::db::message::shared_sends::SharedSends;
 use crate::db::Db;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;

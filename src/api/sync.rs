@@ -7,9 +7,9 @@ use super::extract::AuthUser;
 use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
-use crate::db::changes::{changed_groups, Feed, MessageRef};
-use crate::db::chat_list::{chat_list_rows, total_unread};
-use crate::db::member_events::device_column;
+use crate::db::group::member_events::device_column;
+use crate::db::read_models::changes::{changed_groups, Feed, MessageRef};
+use crate::db::read_models::chat_list::{chat_list_rows, total_unread};
 use crate::db::AnyConnection;
 
 /// What one read of the sync feed found.

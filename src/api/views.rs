@@ -4,13 +4,13 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use crate::db::chat_list::{ChatListRow, LastMessage};
-use crate::db::cursors::CursorState;
-use crate::db::devices::DeviceRow;
-use crate::db::entry_refs::EntryRefs;
+use crate::db::acks::cursors::CursorState;
+use crate::db::device::devices::DeviceRow;
+use crate::db::device::push_targets::PushTargetView;
+use crate::db::message::entry_refs::EntryRefs;
 use crate::db::models::{GroupRow, MemberRow, MessageRow};
-use crate::db::push_targets::PushTargetView;
-use crate::db::receipt_counts::ReceiptCounts;
+use crate::db::read_models::chat_list::{ChatListRow, LastMessage};
+use crate::db::read_models::receipt_counts::ReceiptCounts;
 use crate::domain::PREVIEW_CHARS;
 
 fn utc(t: NaiveDateTime) -> DateTime<Utc> {

@@ -1,5 +1,8 @@
-//! Database access: one connection type over SQLite and PostgreSQL ([`connection`]), the pools
-//! ([`pool`]), migrations ([`migrations`]), and one module of queries per table or job.
+//! Database access, in layers: [`engine`] (connections to SQLite or PostgreSQL, pools, the
+//! writer lane, publication, migrations) at the bottom; one folder per aggregate above it
+//! ([`group`], [`message`], [`member_cursors`], [`acks`], [`device`], [`push`]), each stating
+//! its rules once; [`read_models`] (feeds, the chat list, receipt counts) reading across them.
+//! Row structs shared by all are in [`models`]. Arrows point down only.
 //!
 //! Everything below `db::` is plain diesel: no HTTP types. Handlers reach it only through
 //! [`Db::read`] and [`Db::write`], which run the closure on a blocking thread with a pooled
@@ -7,32 +10,15 @@
 //! it causes; [`Db::write`] publishes the write after the commit (feed positions, wake-ups to
 //! other instances and to this process's long-polls), so no caller decides them a second time.
 
-pub mod access;
-pub mod changes;
-pub mod chat_list;
-pub mod cursor_counts;
-pub mod cursors;
-pub mod devices;
+pub mod acks;
+pub mod device;
 pub mod engine;
-pub mod entry_refs;
-pub mod group_lifecycle;
-pub mod groups;
-pub mod member_events;
-pub mod members;
-pub mod message_changes;
-pub mod messages;
+pub mod group;
+pub mod member_cursors;
+pub mod message;
 pub mod models;
-mod own_entries;
-pub mod push_due;
-pub mod push_outbox;
-pub mod push_targets;
-pub mod receipt_counts;
-pub mod receipts;
-pub mod shared_acks;
-pub mod shared_sends;
-pub mod system_lines;
-pub mod unread;
-pub mod user_groups;
+pub mod push;
+pub mod read_models;
 
 pub use engine::connection::{
     connect_once, AnyConnection, ConnectionManager, DbSettings, Engine, MultiBackend, SqliteSync,

@@ -7,9 +7,11 @@ use chrono::NaiveDateTime;
 use diesel::QueryResult;
 
 use super::payload::{MessagePreview, Notification, NotificationKind, NotifiedGroup};
-use crate::db::chat_list::total_unread;
-use crate::db::push_due::{due_groups, last_message_from_others, mark_told, Cutoffs, DueGroup};
-use crate::db::push_outbox::{lock_for_build, store_pending, BuildTarget, Lease, Pending};
+use crate::db::push::push_due::{
+    due_groups, last_message_from_others, mark_told, Cutoffs, DueGroup,
+};
+use crate::db::push::push_outbox::{lock_for_build, store_pending, BuildTarget, Lease, Pending};
+use crate::db::read_models::chat_list::total_unread;
 use crate::db::AnyConnection;
 use crate::domain::GroupId;
 

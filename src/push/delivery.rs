@@ -8,7 +8,7 @@ use secrecy::ExposeSecret;
 
 use super::config::PushConfig;
 use super::payload::{signature, IDEMPOTENCY_HEADER, SIGNATURE_HEADER};
-use crate::db::push_outbox::Pending;
+use crate::db::push::push_outbox::Pending;
 
 /// What became of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]

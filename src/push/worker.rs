@@ -16,8 +16,10 @@ use super::build::{build_notification, BuildContext};
 use super::config::PushConfig;
 use super::delivery::{backoff, Attempt, Deliverer};
 use crate::db::models::now_utc;
-use crate::db::push_due::{due_devices, CandidateScan, Cutoffs};
-use crate::db::push_outbox::{claim_attempt, due_attempts, retry_later, settle, Lease, Pending};
+use crate::db::push::push_due::{due_devices, CandidateScan, Cutoffs};
+use crate::db::push::push_outbox::{
+    claim_attempt, due_attempts, retry_later, settle, Lease, Pending,
+};
 use crate::db::{Db, DbError};
 use crate::metrics::PushMetrics;
 

@@ -358,7 +358,7 @@ async fn on_postgres_an_ack_whose_member_row_is_busy_does_not_hold_up_the_acks_b
     // The first half's acks hold up a transaction in every lane; carol's, then the second
     // half's, queue behind them, and go together once those are let go: carol's is left out
     // of that batch and waits alone for her row.
-    let lanes = chorus::db::shared_acks::ACK_LANES as usize;
+    let lanes = chorus::db::acks::shared_acks::ACK_LANES as usize;
     let (first_half, second_half) = readers.split_at(readers.len() / 2);
     let (others_done, others_are_done) = tokio::sync::oneshot::channel();
     let others = async {

@@ -1,3 +1,8 @@
+//! The engine layer: connections to SQLite or PostgreSQL (and Citus), the pools, SQLite's
+//! writer lane, writes that share a commit, publication after each commit (feed positions and
+//! wake-ups), migrations, distribution on Citus, and the SQL builders. It knows no table's
+//! rules: the modules beside it state those and run on it.
+
 pub(super) mod connection;
 pub mod distribution;
 pub(super) mod error;

@@ -258,7 +258,7 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
 
 /// The round on Citus, where a reader trusts only the positions below the clock it sees (see
-/// [`crate::db::changes::current_watermark`]): the clock also moves when the last publication
+/// [`crate::db::read_models::changes::current_watermark`]): the clock also moves when the last publication
 /// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
 /// publication at once; this catches one left open by an instance that stopped in between.
 static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use diesel::prelude::*;
 
-use super::access::{Checked, Membership, Refusal};
-use super::models::{EntryKind, MessageRow};
-use super::AnyConnection;
+use crate::db::group::access::{Checked, Membership, Refusal};
+use crate::db::models::{EntryKind, MessageRow};
+use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_msgs, mentions};
 

@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 use diesel::sql_types::BigInt;
 use diesel::{QueryResult, QueryableByName};
 
-use super::engine::raw_sql::{RawSql, Value};
-use super::models::MemberRow;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::models::MemberRow;
+use crate::db::AnyConnection;
 use crate::domain::GroupId;
 
 /// How many members have each cursor at or above one message id, or at exactly one id.
@@ -208,7 +208,7 @@ impl CursorCounts {
     /// place between them, in no particular order, each with the columns `msg_id`, `read`,
     /// `delivered` and `joined`. A caller wraps it as a subquery to read it beside other
     /// figures in one snapshot.
-    pub(super) fn query(
+    pub(in crate::db) fn query(
         query: RawSql,
         conn: &AnyConnection,
         group_id: GroupId,
@@ -248,7 +248,7 @@ impl CursorCounts {
     }
 
     /// The histogram from the rows [`CursorCounts::query`] returned.
-    pub(super) fn from_rows(rows: impl IntoIterator<Item = (i64, Tally)>) -> CursorCounts {
+    pub(in crate::db) fn from_rows(rows: impl IntoIterator<Item = (i64, Tally)>) -> CursorCounts {
         CursorCounts {
             rows: rows.into_iter().collect(),
         }

@@ -20,12 +20,12 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 
-use super::access::Busy;
-use super::engine::distribution::on_citus;
-use super::engine::raw_sql::{RawSql, Value};
-use super::members::lock_in_order;
-use super::unread::unread_sql;
-use super::AnyConnection;
+use crate::db::engine::distribution::on_citus;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::group::access::Busy;
+use crate::db::group::members::lock_in_order;
+use crate::db::member_cursors::unread::unread_sql;
+use crate::db::AnyConnection;
 use crate::domain::GroupId;
 use crate::schema::group_msgs;
 

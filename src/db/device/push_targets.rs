@@ -5,8 +5,8 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use super::models::now_utc;
-use super::AnyConnection;
+use crate::db::models::now_utc;
+use crate::db::AnyConnection;
 use crate::domain::{DeviceId, PushPlatform, PushToken};
 use crate::on_engine;
 use crate::schema::{devices, push_group_state, push_targets};

@@ -12,10 +12,10 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::engine::raw_sql::RawSql;
-use super::models::now_utc;
 use super::push_targets::{delete_push_target, forget_what_devices_were_told};
-use super::AnyConnection;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::models::now_utc;
+use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::on_engine;
 use crate::schema::{device_cursors, devices};

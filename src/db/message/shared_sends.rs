@@ -1,5 +1,5 @@
 //! Sending: the one operation every send takes, whatever the engine. Entries to one group
-//! that arrive together share one transaction (see [`super::engine::shared_commits`]):
+//! that arrive together share one transaction (see [`crate::db::engine::shared_commits`]):
 //! one hold of the group's lock, one commit, one range of ids, where each send alone would
 //! hold the lock through a commit of its own and the group's senders would queue behind it.
 //! [`super::messages::send_entries`] decides each entry's answer; it is the same code for a
@@ -8,13 +8,13 @@
 
 use diesel::QueryResult;
 
-use super::engine::error::DbError;
-use super::engine::shared_commits::{Answered, SharedCommits, SharedWork};
 use super::entry_refs::{load_refs, refs_of_new, EntryRefs};
 use super::message_changes::ChangeWindows;
 use super::messages::{send_entries, stored_mentions, NewEntry, SendOutcome, UserEntry};
-use super::AnyConnection;
-use crate::db::access::Refusal;
+use crate::db::engine::error::DbError;
+use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
+use crate::db::group::access::Refusal;
+use crate::db::AnyConnection;
 use crate::domain::GroupId;
 use crate::wake::Wakes;
 

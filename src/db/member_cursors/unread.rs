@@ -28,9 +28,9 @@ use std::sync::LazyLock;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::engine::distribution::one_group;
-use super::engine::raw_sql::{RawSql, Value};
-use super::AnyConnection;
+use crate::db::engine::distribution::one_group;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::AnyConnection;
 
 /// SQL about a membership row (`group_members`) that reads other tables of the row's group:
 /// the text around each place the group is named. Over the rows of many groups the group is

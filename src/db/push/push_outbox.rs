@@ -11,8 +11,8 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamp};
 
-use super::engine::raw_sql::RawSql;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::AnyConnection;
 
 /// Who holds a delivery attempt, until when.
 #[derive(Debug, Clone)]

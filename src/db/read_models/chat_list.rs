@@ -9,11 +9,13 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
-use super::engine::fixed_sql::fixed_sql;
-use super::engine::raw_sql::RawSql;
-use super::models::EntryKind;
-use super::unread::{unread_sql, UnreadInputs, MENTIONS_OVER_ROWS, NOT_COUNTED_OVER_ROWS};
-use super::AnyConnection;
+use crate::db::engine::fixed_sql::fixed_sql;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::member_cursors::unread::{
+    unread_sql, UnreadInputs, MENTIONS_OVER_ROWS, NOT_COUNTED_OVER_ROWS,
+};
+use crate::db::models::EntryKind;
+use crate::db::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
 use crate::schema::{device_cursors, group_members, group_msgs, groups};
 

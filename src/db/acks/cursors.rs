@@ -4,19 +4,19 @@ use diesel::QueryResult;
 
 use std::collections::{HashMap, HashSet};
 
-use super::access::{
+use crate::db::device::devices::{advance_devices, device_acks};
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::group::access::{
     lock_memberships, memberships, Busy, Checked, LockedMemberships, Membership, Refusal,
 };
-use super::cursor_counts::{CursorMoves, MemberCursors};
-use super::devices::{advance_devices, device_acks};
-use super::engine::raw_sql::RawSql;
-use super::member_events::reads_statements;
-use super::members::{advance_members, Advance};
-use super::models::MemberRow;
-use super::push_due::{lock_badges, note_reads_on_devices};
-use super::receipts::changes_statements;
-use super::unread::{above_read_after, UnreadInputs};
-use super::AnyConnection;
+use crate::db::group::member_events::reads_statements;
+use crate::db::group::members::{advance_members, Advance};
+use crate::db::member_cursors::cursor_counts::{CursorMoves, MemberCursors};
+use crate::db::member_cursors::receipts::changes_statements;
+use crate::db::member_cursors::unread::{above_read_after, UnreadInputs};
+use crate::db::models::MemberRow;
+use crate::db::push::push_due::{lock_badges, note_reads_on_devices};
+use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::wake::{WakeEvent, Wakes};
 

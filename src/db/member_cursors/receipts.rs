@@ -1,13 +1,13 @@
 //! The receipt change feed's rows: which ranges of a group's messages may have new receipt
-//! counts, for senders' long-polls (the counts themselves: [`super::receipt_counts`]).
+//! counts, for senders' long-polls (the counts themselves: [`crate::db::read_models::receipt_counts`]).
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Timestamp};
 
-use super::engine::raw_sql::{RawSql, Value};
-use super::models::now_utc;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::models::now_utc;
+use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::receipt_events;
 
@@ -89,7 +89,7 @@ pub fn delete_changes_before(
 
 /// Deletes up to `batch` of the oldest rows of a feed table (one with an `id` in insertion order
 /// and a `created_at`) created before `cutoff`; returns how many went.
-pub(super) fn delete_oldest_before(
+pub(in crate::db) fn delete_oldest_before(
     conn: &mut AnyConnection,
     table: &'static str,
     cutoff: NaiveDateTime,

@@ -4,10 +4,10 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use super::engine::raw_sql::{RawSql, Value};
-use super::models::now_utc;
-use super::receipts::delete_oldest_before;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::member_cursors::receipts::delete_oldest_before;
+use crate::db::models::now_utc;
+use crate::db::AnyConnection;
 use crate::domain::DeviceId;
 use crate::schema::member_events;
 

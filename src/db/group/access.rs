@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use diesel::prelude::*;
 
-use super::engine::distribution::on_citus;
-use super::engine::raw_sql::{RawSql, Value};
-use super::models::{EntryKind, GroupRow, MemberRow};
-use super::AnyConnection;
+use crate::db::engine::distribution::on_citus;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::models::{EntryKind, GroupRow, MemberRow};
+use crate::db::AnyConnection;
 use crate::schema::{group_members, groups};
 
 /// Why a request about a group was refused. Decided inside the database call that reads the

@@ -1,5 +1,5 @@
 //! Acking: the one operation every ack takes, whatever the engine. Acks that arrive together
-//! share one transaction (see [`super::engine::shared_commits`]): one commit and one
+//! share one transaction (see [`crate::db::engine::shared_commits`]): one commit and one
 //! flush for acks of many users, where each alone would pay its own. Acks of different users
 //! touch different rows, so unlike sends they do not queue behind each other's locks; what
 //! they share is the commit.
@@ -16,11 +16,11 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use diesel::QueryResult;
 
 use super::cursors::{ack_requests, ack_requests_beside_busy, refusal_of, AcksOf, CursorState};
-use super::engine::distribution::serving_citus;
-use super::engine::error::DbError;
-use super::engine::shared_commits::{Answered, SharedCommits, SharedWork};
-use super::AnyConnection;
-use crate::db::access::Refusal;
+use crate::db::engine::distribution::serving_citus;
+use crate::db::engine::error::DbError;
+use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
+use crate::db::group::access::Refusal;
+use crate::db::AnyConnection;
 use crate::wake::Wakes;
 
 /// How many transactions of acks one instance runs at once. Each lane's transactions run one

@@ -5,15 +5,17 @@ use diesel::prelude::*;
 
 use std::collections::HashMap;
 
-use super::access::{Checked, Membership, Refusal};
-use super::engine::raw_sql::{RawSql, Value};
 use super::entry_refs::visible_message;
-use super::groups::{lock_group, lock_group_and_members, record_appended, LockedWithMembers};
-use super::members::read_past_expired;
 use super::message_changes::{apply_change, Change, ChangeWindows};
-use super::models::{now_utc, EntryKind, MessageRow, NewMessage};
-use super::own_entries::{advance_past_own_entries, OwnEntry};
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::group::access::{Checked, Membership, Refusal};
+use crate::db::group::groups::{
+    lock_group, lock_group_and_members, record_appended, LockedWithMembers,
+};
+use crate::db::group::members::read_past_expired;
+use crate::db::group::own_entries::{advance_past_own_entries, OwnEntry};
+use crate::db::models::{now_utc, EntryKind, MessageRow, NewMessage};
+use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, group_msgs, mentions};
 use crate::wake::{WakeEvent, Wakes};

@@ -4,9 +4,9 @@ use diesel::prelude::*;
 use std::collections::HashMap;
 
 use super::access::{LockedRow, Membership, MEMBERSHIP_COLUMNS};
-use super::engine::raw_sql::RawSql;
-use super::models::GroupRow;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::models::GroupRow;
+use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::groups;
 

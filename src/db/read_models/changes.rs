@@ -1,7 +1,7 @@
 //! Change feeds for long-polls: what was published between two watermarks.
 //!
 //! Each feed row carries the position publication stamped on it (`pos`, see
-//! [`super::engine::publish`]): the feed clock's value at the publication that found it committed.
+//! [`crate::db::engine::publish`]): the feed clock's value at the publication that found it committed.
 //! Publications take turns, so what any reader sees published is a prefix of the clock. A
 //! [`Watermark`] is a clock value a reader has read up to: the changes between watermarks
 //! `from` and `to` are the rows with `from < pos <= to`, and none can appear there later.
@@ -9,10 +9,10 @@
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable};
 
-use super::engine::distribution::on_citus;
-use super::engine::publish::ClockValue;
-use super::engine::raw_sql::RawSql;
-use super::{AnyConnection, MultiBackend};
+use crate::db::engine::distribution::on_citus;
+use crate::db::engine::publish::ClockValue;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::{AnyConnection, MultiBackend};
 
 /// A feed clock value: every change published at or below it has been seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -48,7 +48,7 @@ pub enum Feed {
 /// yet. But each publication updates the clock on every node, and so waits there for the one
 /// before it to commit: a reader that sees value `c` anywhere knows publication `c - 1`
 /// committed everywhere. It reads up to `c - 1`; the publication after a busy one closes it
-/// (see [`super::engine::publish`]), so a change never waits for the next write to become readable.
+/// (see [`crate::db::engine::publish`]), so a change never waits for the next write to become readable.
 pub fn current_watermark(conn: &mut AnyConnection) -> QueryResult<Watermark> {
     // Every long-poll without a cursor starts here, so the statement stays prepared.
     let rows: Vec<ClockValue> = RawSql::default()

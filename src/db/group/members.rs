@@ -7,17 +7,17 @@ use diesel::sql_types::BigInt;
 use std::collections::HashSet;
 
 use super::access::{member_of, Busy, Checked, Refusal};
-use super::cursor_counts::{CursorMoves, MemberCursors};
-use super::engine::distribution::one_group;
-use super::engine::raw_sql::{RawSql, Value};
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
-use super::models::{now_utc, MemberRow, NewMember, Role};
-use super::receipts::record_change;
 use super::system_lines::{append_system_line, SystemLine};
-use super::unread::own_messages_passed;
 use super::user_groups;
-use super::AnyConnection;
+use crate::db::engine::distribution::one_group;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::member_cursors::cursor_counts::{CursorMoves, MemberCursors};
+use crate::db::member_cursors::receipts::record_change;
+use crate::db::member_cursors::unread::own_messages_passed;
+use crate::db::models::{now_utc, MemberRow, NewMember, Role};
+use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_members, groups};
 use crate::wake::{WakeEvent, Wakes};
@@ -329,7 +329,7 @@ pub fn advance_members(moves: &[((i64, &str), Advance)]) -> Option<RawSql> {
 /// the group, so on Citus it runs on the group's shard (a lock over several shards is
 /// refused); several groups' queries go in one statement, one `WITH` clause each, run in
 /// group order. SQLite has one writer and no row locks: None.
-pub(super) fn lock_in_order(
+pub(in crate::db) fn lock_in_order(
     conn: &mut AnyConnection,
     table: &str,
     key_column: &str,

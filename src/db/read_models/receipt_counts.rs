@@ -10,16 +10,16 @@
 //!
 //! A member's cursors start where they joined and never go back, so every member who joined
 //! after `m` also has both cursors at or above `m`. That turns each count into differences of
-//! "how many members have this cursor at or above `m`", which [`super::cursor_counts`], a
+//! "how many members have this cursor at or above `m`", which [`crate::db::member_cursors::cursor_counts`], a
 //! histogram of the cursors kept by the statements that move them, answers from a few rows.
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 
-use super::cursor_counts::{CursorCounts, Tally};
-use super::engine::raw_sql::RawSql;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::RawSql;
+use crate::db::member_cursors::cursor_counts::{CursorCounts, Tally};
+use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

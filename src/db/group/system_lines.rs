@@ -6,8 +6,8 @@ use diesel::prelude::*;
 use serde_json::json;
 
 use super::groups::{allocate_msg_id, touch_activity};
-use super::models::{now_utc, EntryKind, NewMessage};
-use super::AnyConnection;
+use crate::db::models::{now_utc, EntryKind, NewMessage};
+use crate::db::AnyConnection;
 use crate::schema::group_msgs;
 use crate::wake::{WakeEvent, Wakes};
 

@@ -7,10 +7,10 @@ use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::access::{Checked, Membership, Refusal};
 use super::entry_refs::visible_message;
-use super::models::{EntryKind, MessageRow};
-use super::AnyConnection;
+use crate::db::group::access::{Checked, Membership, Refusal};
+use crate::db::models::{EntryKind, MessageRow};
+use crate::db::AnyConnection;
 use crate::domain::MsgId;
 use crate::refuse_unless;
 use crate::schema::{group_members, group_msgs, mentions};

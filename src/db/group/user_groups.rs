@@ -13,8 +13,8 @@ use diesel::sql_types::BigInt;
 use diesel::QueryResult;
 use diesel::QueryableByName;
 
-use super::engine::raw_sql::{RawSql, Value};
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::AnyConnection;
 
 #[derive(QueryableByName)]
 struct Row {

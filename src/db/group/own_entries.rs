@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use diesel::prelude::*;
 
 use super::access::Membership;
-use super::cursor_counts::{CursorMoves, MemberCursors};
-use super::engine::raw_sql::{RawSql, Value};
-use super::models::MemberRow;
-use super::AnyConnection;
+use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::member_cursors::cursor_counts::{CursorMoves, MemberCursors};
+use crate::db::models::MemberRow;
+use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 
 /// An entry a member just appended to a group's log: its id, the device it came from (None:
