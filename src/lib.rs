@@ -7,6 +7,7 @@ pub mod config;
 pub mod cursor_folding;
 pub mod db;
 pub mod domain;
+pub mod feeds;
 pub mod logging;
 pub mod metrics;
 pub mod notify;

@@ -9,7 +9,6 @@ use actix_web::dev::{Server, ServerHandle};
 use actix_web::{web, App, HttpServer};
 use secrecy::ExposeSecret;
 
-use crate::api::longpoll::CursorSigner;
 use crate::api::{self, extract, AppState, LongPollSettings};
 use crate::auth::{self, TokenKeys};
 use crate::config::Settings;
@@ -18,6 +17,7 @@ use crate::db::acks::shared_acks::SharedAcks;
 use crate::db::message::message_changes::ChangeWindows;
 use crate::db::message::shared_sends::SharedSends;
 use crate::db::{self, Db, DbSettings, Engine};
+use crate::feeds::position::CursorSigner;
 use crate::metrics::{self, Metrics};
 use crate::notify::{self, Notifier, WaiterLimits};
 use crate::push::{self, PushConfig, PushJob};

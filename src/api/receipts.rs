@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
+use super::longpoll::{long_poll, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
 use crate::db::group::access::{Membership, Refusal};
@@ -15,6 +15,8 @@ use crate::db::read_models::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::read_models::receipt_counts::{message_receipts, receipt_counts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, GroupId, MsgId, UserId};
+use crate::feeds::page::{paginate, read_window, Page};
+use crate::feeds::position::FeedPosition;
 
 #[derive(Deserialize)]
 pub struct ReceiptsQuery {

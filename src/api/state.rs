@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use actix_web::web;
 
-use super::longpoll::CursorSigner;
 use crate::auth::TokenKeys;
 use crate::db::acks::shared_acks::SharedAcks;
 use crate::db::message::message_changes::ChangeWindows;
 use crate::db::message::shared_sends::SharedSends;
 use crate::db::Db;
+use crate::feeds::position::CursorSigner;
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 

@@ -4,13 +4,15 @@ use actix_web::{web, HttpResponse};
 
 use super::error::ApiError;
 use super::extract::AuthUser;
-use super::longpoll::{long_poll, paginate, read_window, FeedPosition, Page, PollQuery};
+use super::longpoll::{long_poll, PollQuery};
 use super::views::{MyGroupView, SyncPage};
 use super::AppState;
 use crate::db::group::member_events::device_column;
 use crate::db::read_models::changes::{changed_groups, Feed, MessageRef};
 use crate::db::read_models::chat_list::{chat_list_rows, total_unread};
 use crate::db::AnyConnection;
+use crate::feeds::page::{paginate, read_window, Page};
+use crate::feeds::position::FeedPosition;
 
 /// What one read of the sync feed found.
 pub struct SyncChanges {
