@@ -46,70 +46,40 @@ pub struct Readings {
 impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new_custom(Some("chorus".into()), None)?;
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "http_requests_total",
-                "HTTP requests by route, method and status",
-            ),
-            &["route", "method", "status"],
-        )?;
-        let latency = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "Time to answer, by route")
-                .buckets(vec![
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    30.0, 60.0,
-                ]),
-            &["route", "method"],
-        )?;
-        let messages_sent = IntCounter::new(
-            "messages_sent_total",
-            "Messages stored (not counting idempotent repeats)",
-        )?;
-        let acks = IntCounter::new("acks_total", "Acks that moved a member's cursor")?;
-        let waiting_polls = IntGauge::new("longpolls_waiting", "Long-polls currently waiting")?;
-        let pool_in_use =
-            IntGauge::new("db_connections_in_use", "Database connections checked out")?;
-        let pool_idle = IntGauge::new(
-            "db_connections_idle",
-            "Database connections idle in the pool",
-        )?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(messages_sent.clone()))?;
-        registry.register(Box::new(acks.clone()))?;
-        let push = PushMetrics::new(&registry)?;
-        registry.register(Box::new(waiting_polls.clone()))?;
-        registry.register(Box::new(pool_in_use.clone()))?;
-        registry.register(Box::new(pool_idle.clone()))?;
-        let calls_waiting = IntGauge::new(
-            "db_calls_waiting",
-            "Database calls waiting for a connection (SQLite: and writes waiting for the writer)",
-        )?;
-        registry.register(Box::new(calls_waiting.clone()))?;
-        let db_commits = registered_counter(
-            &registry,
-            "db_commits_total",
-            "Write transactions committed (one disk flush each)",
-        )?;
-        let db_writes = registered_counter(
-            &registry,
-            "db_writes_total",
-            "Writes committed; above db_commits_total when SQLite grouped several into one commit",
-        )?;
+        let (requests, latency) = http_metrics(&registry)?;
+        let counter = |name, help| registered_counter(&registry, name, help);
+        let gauge = |name, help| registered_gauge(&registry, name, help);
         Ok(Metrics {
-            registry,
             requests,
             latency,
-            messages_sent,
-            acks,
-            push,
-            waiting_polls,
-            pool_in_use,
-            pool_idle,
-            calls_waiting,
-            db_commits,
-            db_writes,
+            messages_sent: counter(
+                "messages_sent_total",
+                "Messages stored (not counting idempotent repeats)",
+            )?,
+            acks: counter("acks_total", "Acks that moved a member's cursor")?,
+            push: PushMetrics::new(&registry)?,
+            waiting_polls: gauge("longpolls_waiting", "Long-polls currently waiting")?,
+            pool_in_use: gauge("db_connections_in_use", "Database connections checked out")?,
+            pool_idle: gauge(
+                "db_connections_idle",
+                "Database connections idle in the pool",
+            )?,
+            calls_waiting: gauge(
+                "db_calls_waiting",
+                "Database calls waiting for a connection (SQLite: and writes waiting for the \
+                 writer)",
+            )?,
+            db_commits: counter(
+                "db_commits_total",
+                "Write transactions committed (one disk flush each)",
+            )?,
+            db_writes: counter(
+                "db_writes_total",
+                "Writes committed; above db_commits_total when SQLite grouped several into one \
+                 commit",
+            )?,
             catching_up: std::sync::Mutex::new(()),
+            registry,
         })
     }
 
@@ -136,6 +106,39 @@ impl Metrics {
         }
         String::from_utf8_lossy(&buffer).into_owned()
     }
+}
+
+/// Requests by route, method and status, and the time to answer them, registered.
+fn http_metrics(registry: &Registry) -> Result<(IntCounterVec, HistogramVec), prometheus::Error> {
+    let requests = IntCounterVec::new(
+        Opts::new(
+            "http_requests_total",
+            "HTTP requests by route, method and status",
+        ),
+        &["route", "method", "status"],
+    )?;
+    let latency = HistogramVec::new(
+        HistogramOpts::new("http_request_duration_seconds", "Time to answer, by route").buckets(
+            vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                60.0,
+            ],
+        ),
+        &["route", "method"],
+    )?;
+    registry.register(Box::new(requests.clone()))?;
+    registry.register(Box::new(latency.clone()))?;
+    Ok((requests, latency))
+}
+
+fn registered_gauge(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+) -> Result<IntGauge, prometheus::Error> {
+    let gauge = IntGauge::new(name, help)?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
 }
 
 fn registered_counter(

@@ -337,6 +337,10 @@ mod tests {
             let item = &body.items.expect("items")[0];
             assert_eq!((item.group_id, item.read), (group_id, read), "{json}");
         }
+    }
+
+    #[test]
+    fn a_number_that_is_no_integer_or_out_of_range_is_refused_in_words() {
         for (json, said) in [
             (
                 r#"{"name":"a","items":[{"group_id":1,"read":2.5}]}"#,

@@ -274,6 +274,26 @@ fn ack_round<'a>(
         decide_refusals(entries, &found, left);
         order.retain(|e| left[e.request].is_none());
     }
+    let mut plans = plan_acks(conn, order, &mut found)?;
+    move_devices(conn, &mut plans)?;
+    // The devices' badge rows of the round, before counting.
+    let badges: Vec<(i64, &str)> = plans
+        .iter()
+        .filter_map(|p| p.entry.device.map(|d| (p.state.group_id, d.as_str())))
+        .collect();
+    let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
+    write_and_count(conn, &mut plans, wakes)?;
+    note_reads(conn, &plans, &lowerable)?;
+    Ok(plans.into_iter().map(|p| (p.entry, p.state)).collect())
+}
+
+/// Each entry's plan, from its membership as locked and its device's cursor; entries refused
+/// above (with every request they belong to) have none.
+fn plan_acks<'a>(
+    conn: &mut AnyConnection,
+    order: Vec<Entry<'a>>,
+    found: &mut HashMap<(i64, String), Result<Membership, Refusal>>,
+) -> QueryResult<Vec<AckPlan<'a>>> {
     let triples: Vec<(i64, &str, &DeviceId)> = order
         .iter()
         .filter_map(|e| e.device.map(|d| (e.ack.group_id, e.user_id, d)))
@@ -283,7 +303,6 @@ fn ack_round<'a>(
     for entry in order {
         let key = (entry.ack.group_id, entry.user_id.to_owned());
         let Some(Ok(membership)) = found.remove(&key) else {
-            // Refused above, with every request it belongs to.
             continue;
         };
         let device_ack = entry.device.and_then(|d| {
@@ -295,6 +314,12 @@ fn ack_round<'a>(
             plans.push(plan);
         }
     }
+    Ok(plans)
+}
+
+/// Moves the named devices' delivered cursors; each plan's state gets where its device's
+/// cursor now stands.
+fn move_devices(conn: &mut AnyConnection, plans: &mut [AckPlan<'_>]) -> QueryResult<()> {
     let device_moves: Vec<(i64, &str, &DeviceId, MsgId)> = plans
         .iter()
         .filter_map(|p| {
@@ -304,7 +329,7 @@ fn ack_round<'a>(
         })
         .collect();
     let acked = advance_devices(conn, &device_moves)?;
-    for plan in &mut plans {
+    for plan in plans {
         if let Some(device) = plan.entry.device {
             let triple = (
                 plan.state.group_id,
@@ -316,26 +341,29 @@ fn ack_round<'a>(
             }
         }
     }
-    // The devices' badge rows of the round, before counting.
-    let badges: Vec<(i64, &str)> = plans
-        .iter()
-        .filter_map(|p| p.entry.device.map(|d| (p.state.group_id, d.as_str())))
-        .collect();
-    let lowerable: HashSet<(i64, String)> = lock_badges(conn, &badges)?.into_iter().collect();
-    // The membership rows' moves and their effects are written in the same round trip as
-    // the counts are read, which come out the same whether they see the moves or not.
+    Ok(())
+}
+
+/// Writes the membership rows' moves and their effects in the same round trip as the counts
+/// above each read cursor are read (they come out the same whether they see the moves or
+/// not), and puts the counts in each plan's state.
+fn write_and_count(
+    conn: &mut AnyConnection,
+    plans: &mut [AckPlan<'_>],
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
     let moves: Vec<((i64, &str), Advance)> = plans
         .iter()
         .filter_map(|p| p.advance.map(|a| (p.entry.membership(), a)))
         .collect();
     let mut writes: Vec<RawSql> = advance_members(&moves).into_iter().collect();
-    writes.extend(effects_of(conn, &plans, wakes));
+    writes.extend(effects_of(conn, plans, wakes));
     let counted: Vec<(i64, &str, i64)> = plans
         .iter()
         .map(|p| (p.state.group_id, p.entry.user_id, p.state.last_read_msg_id))
         .collect();
     let above = above_read_after(conn, &counted, writes)?;
-    for plan in &mut plans {
+    for plan in plans {
         let key = (plan.state.group_id, plan.entry.user_id.to_owned());
         if let Some(counts) = above.get(&key) {
             plan.state.last_msg_id = counts.last_msg_id;
@@ -344,6 +372,17 @@ fn ack_round<'a>(
             plan.state.unread_mention_count = counts.mentions;
         }
     }
+    Ok(())
+}
+
+/// Records, for each device that moved its user's read cursor, the group's unread count it
+/// now knows, so a push does not lower its badge again; only badge rows in `lowerable`
+/// (locked before counting, see [`lock_badges`]).
+fn note_reads(
+    conn: &mut AnyConnection,
+    plans: &[AckPlan<'_>],
+    lowerable: &HashSet<(i64, String)>,
+) -> QueryResult<()> {
     let reads: Vec<(i64, &str, i64)> = plans
         .iter()
         .filter(|p| p.state.read_moved)
@@ -355,8 +394,7 @@ fn ack_round<'a>(
                 .then(|| (p.state.group_id, device, p.state.unread().unread_count()))
         })
         .collect();
-    note_reads_on_devices(conn, &reads)?;
-    Ok(plans.into_iter().map(|p| (p.entry, p.state)).collect())
+    note_reads_on_devices(conn, &reads)
 }
 
 /// Leaves out each request naming a membership whose row another transaction holds.

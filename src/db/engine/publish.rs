@@ -40,6 +40,7 @@ use tokio::sync::{watch, Notify};
 
 use super::connection::AnyConnection;
 use super::distribution::on_citus;
+use super::error::DbError;
 use super::gated_pool::GatedPool;
 use super::raw_sql::RawSql;
 use crate::notify::Notifier;
@@ -452,14 +453,7 @@ impl Publisher {
                      timeout instead"
                 );
             }
-            let payloads: Vec<String> = match self.announce {
-                true => round
-                    .events
-                    .iter()
-                    .map(|e| e.encode(&self.instance))
-                    .collect(),
-                false => Vec::new(),
-            };
+            let payloads = self.payloads(&round);
             // Every SWEEP_EVERY a round looks everywhere, also while writes keep coming: a
             // busy instance's rounds would otherwise look only in its own writes' groups.
             let look = match last_sweep.elapsed() >= SWEEP_EVERY {
@@ -472,29 +466,53 @@ impl Publisher {
             let sent = pool
                 .run(move |conn| publish_round(conn, payloads, look))
                 .await;
-            match sent {
-                Ok(()) => {
-                    self.published.send_replace(round.number);
-                    if failing {
-                        failing = false;
-                        tracing::info!("writes are published again");
-                    }
-                    for event in &round.events {
-                        notifier.wake(event);
-                    }
+            failing = self.after_round(round, sent, failing, &notifier);
+        }
+    }
+
+    /// What a round tells other instances: its events, unless this instance announces none.
+    fn payloads(&self, round: &Round) -> Vec<String> {
+        match self.announce {
+            true => round
+                .events
+                .iter()
+                .map(|e| e.encode(&self.instance))
+                .collect(),
+            false => Vec::new(),
+        }
+    }
+
+    /// After a round was sent (or not): wakes this process's waiters, or queues the round
+    /// again. Whether rounds are failing now.
+    fn after_round(
+        &self,
+        round: Round,
+        sent: Result<(), DbError>,
+        was_failing: bool,
+        notifier: &Notifier,
+    ) -> bool {
+        match sent {
+            Ok(()) => {
+                self.published.send_replace(round.number);
+                if was_failing {
+                    tracing::info!("writes are published again");
                 }
-                Err(cause) => {
-                    if !failing {
-                        tracing::warn!(
-                            %cause,
-                            "cannot publish committed writes; trying again every {} ms (the \
-                             feeds show them and long-polls hear of them once published)",
-                            RETRY_AFTER.as_millis()
-                        );
-                    }
-                    failing = true;
-                    self.requeue(round.events, round.feed_groups);
+                for event in &round.events {
+                    notifier.wake(event);
                 }
+                false
+            }
+            Err(cause) => {
+                if !was_failing {
+                    tracing::warn!(
+                        %cause,
+                        "cannot publish committed writes; trying again every {} ms (the \
+                         feeds show them and long-polls hear of them once published)",
+                        RETRY_AFTER.as_millis()
+                    );
+                }
+                self.requeue(round.events, round.feed_groups);
+                true
             }
         }
     }

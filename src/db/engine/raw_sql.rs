@@ -58,6 +58,59 @@ struct Column {
     array_literal: String,
 }
 
+impl Column {
+    /// Column `j` of `rows`, named `name`: texts when its first value is a text, else integers.
+    fn of(name: &str, j: usize, rows: &[Vec<Value<'_>>]) -> Column {
+        let values = match rows.first().and_then(|r| r.get(j)) {
+            Some(Value::Text(_)) => ColumnValues::Texts(
+                rows.iter()
+                    .map(|r| match r.get(j) {
+                        Some(Value::Text(v)) => (*v).to_owned(),
+                        Some(Value::Int(v)) => v.to_string(),
+                        None => String::new(),
+                    })
+                    .collect(),
+            ),
+            _ => ColumnValues::Ints(
+                rows.iter()
+                    .map(|r| match r.get(j) {
+                        Some(Value::Int(v)) => *v,
+                        _ => 0,
+                    })
+                    .collect(),
+            ),
+        };
+        let array_literal = match &values {
+            ColumnValues::Ints(v) => int_array(v),
+            ColumnValues::Texts(v) => text_array(v),
+        };
+        Column {
+            name: name.to_owned(),
+            values,
+            array_literal,
+        }
+    }
+}
+
+/// The rows as one JSON array of arrays, for SQLite's `json_each`.
+fn rows_as_json(rows: &[Vec<Value<'_>>]) -> String {
+    serde_json::Value::Array(
+        rows.iter()
+            .map(|row| {
+                serde_json::Value::Array(
+                    row.iter()
+                        .map(|value| match value {
+                            Value::Int(v) => serde_json::Value::from(*v),
+                            Value::Text(v) => serde_json::Value::from(*v),
+                        })
+                        .collect(),
+                )
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
 enum ColumnValues {
     Ints(Vec<i64>),
     Texts(Vec<String>),
@@ -233,52 +286,9 @@ impl RawSql {
         let columns = columns
             .iter()
             .enumerate()
-            .map(|(j, name)| {
-                let values = match rows.first().and_then(|r| r.get(j)) {
-                    Some(Value::Text(_)) => ColumnValues::Texts(
-                        rows.iter()
-                            .map(|r| match r.get(j) {
-                                Some(Value::Text(v)) => (*v).to_owned(),
-                                Some(Value::Int(v)) => v.to_string(),
-                                None => String::new(),
-                            })
-                            .collect(),
-                    ),
-                    _ => ColumnValues::Ints(
-                        rows.iter()
-                            .map(|r| match r.get(j) {
-                                Some(Value::Int(v)) => *v,
-                                _ => 0,
-                            })
-                            .collect(),
-                    ),
-                };
-                let array_literal = match &values {
-                    ColumnValues::Ints(v) => int_array(v),
-                    ColumnValues::Texts(v) => text_array(v),
-                };
-                Column {
-                    name: (*name).to_owned(),
-                    values,
-                    array_literal,
-                }
-            })
+            .map(|(j, name)| Column::of(name, j, rows))
             .collect();
-        let json = serde_json::Value::Array(
-            rows.iter()
-                .map(|row| {
-                    serde_json::Value::Array(
-                        row.iter()
-                            .map(|value| match value {
-                                Value::Int(v) => serde_json::Value::from(*v),
-                                Value::Text(v) => serde_json::Value::from(*v),
-                            })
-                            .collect(),
-                    )
-                })
-                .collect(),
-        )
-        .to_string();
+        let json = rows_as_json(rows);
         self.segments.push(Segment::Rows(Rows {
             alias: alias.to_owned(),
             columns,

@@ -221,64 +221,83 @@ async fn drain<W: SharedWork>(inner: Arc<Inner<W>>, key: W::Key) {
         key,
         early: true,
     };
-    // Each `answer.send` may find its client gone (hung up): the write is stored all the same.
     while let Some(batch) = inner.next_batch(key) {
         let (items, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|q| (q.item, q.answer)).unzip();
         let items: Arc<[W::Item]> = items.into();
-        let batch = items.clone();
-        let several = items.len() > 1;
-        let stored = inner
-            .db
-            .write_shared(items.len(), move |conn, wakes| {
-                let answered = if several {
-                    W::store_several(conn, key, &batch, wakes)?
-                } else {
-                    W::store(conn, key, &batch, wakes)?
-                        .into_iter()
-                        .map(Some)
-                        .collect()
-                };
-                let writes = answered.iter().filter(|a| matches!(a, Some(Ok(_)))).count();
-                Ok((writes, answered))
-            })
-            .await;
-        let outcomes: Vec<Option<Outcome<W>>> = match stored {
-            Ok(answered) if answered.len() == answers.len() => {
-                answered.into_iter().map(|a| a.map(Ok)).collect()
-            }
-            Ok(_) => {
-                // `store` answers once per item; if it did not, each goes alone.
-                tracing::error!(key = ?key, "a shared {} answered for another number of writes", W::WHAT);
-                alone::<W>(&inner.db, key, &items)
-                    .await
+        let outcomes = store_batch::<W>(&inner.db, key, &items).await;
+        answer_batch::<W>(&inner.db, key, &items, answers, outcomes);
+    }
+    ends.early = false;
+}
+
+/// Stores a batch in one transaction: each write's outcome, in the batch's order, or None
+/// for a write the batch left out.
+async fn store_batch<W: SharedWork>(
+    db: &Db,
+    key: W::Key,
+    items: &Arc<[W::Item]>,
+) -> Vec<Option<Outcome<W>>> {
+    let batch = items.clone();
+    let several = items.len() > 1;
+    let stored = db
+        .write_shared(items.len(), move |conn, wakes| {
+            let answered = if several {
+                W::store_several(conn, key, &batch, wakes)?
+            } else {
+                W::store(conn, key, &batch, wakes)?
                     .into_iter()
                     .map(Some)
                     .collect()
-            }
-            Err(e) => failed::<W>(&inner.db, key, &items, e)
+            };
+            let writes = answered.iter().filter(|a| matches!(a, Some(Ok(_)))).count();
+            Ok((writes, answered))
+        })
+        .await;
+    match stored {
+        Ok(answered) if answered.len() == items.len() => {
+            answered.into_iter().map(|a| a.map(Ok)).collect()
+        }
+        Ok(_) => {
+            // `store` answers once per item; if it did not, each goes alone.
+            tracing::error!(key = ?key, "a shared {} answered for another number of writes", W::WHAT);
+            alone::<W>(db, key, items)
                 .await
                 .into_iter()
                 .map(Some)
-                .collect(),
-        };
-        for (index, (answer, outcome)) in answers.into_iter().zip(outcomes).enumerate() {
-            match outcome {
-                Some(outcome) => {
-                    let _ = answer.send(outcome);
-                }
-                // Left out of the batch: alone, on a task of its own, so the writes queued
-                // behind it do not wait for the rows it waits for.
-                None => {
-                    let (db, items) = (inner.db.clone(), items.clone());
-                    tokio::spawn(async move {
-                        let _ = answer.send(store_alone::<W>(&db, key, items, index).await);
-                    });
-                }
+                .collect()
+        }
+        Err(e) => failed::<W>(db, key, items, e)
+            .await
+            .into_iter()
+            .map(Some)
+            .collect(),
+    }
+}
+
+/// Tells each write of a batch its outcome. A write left out of the batch is stored alone, on
+/// a task of its own, so the writes queued behind it do not wait for the rows it waits for.
+/// Each `answer.send` may find its client gone (hung up): the write is stored all the same.
+fn answer_batch<W: SharedWork>(
+    db: &Db,
+    key: W::Key,
+    items: &Arc<[W::Item]>,
+    answers: Vec<oneshot::Sender<Outcome<W>>>,
+    outcomes: Vec<Option<Outcome<W>>>,
+) {
+    for (index, (answer, outcome)) in answers.into_iter().zip(outcomes).enumerate() {
+        match outcome {
+            Some(outcome) => {
+                let _ = answer.send(outcome);
+            }
+            None => {
+                let (db, items) = (db.clone(), items.clone());
+                tokio::spawn(async move {
+                    let _ = answer.send(store_alone::<W>(&db, key, items, index).await);
+                });
             }
         }
     }
-    ends.early = false;
 }
 
 /// What each write of a batch whose transaction failed with `e` hears, in the batch's order.

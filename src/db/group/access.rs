@@ -222,73 +222,111 @@ pub fn lock_memberships(
     for &(group_id, user_id) in pairs {
         by_group.entry(group_id).or_default().push(user_id);
     }
-    let skip = match busy {
-        Busy::Skip => " SKIP LOCKED",
-        Busy::Wait => "",
-    };
-    let lock_group_members = |query: RawSql, group_id: i64, users: &[&str]| {
-        query
-            .sql(&format!(
-                "SELECT {MEMBERSHIP_COLUMNS} FROM group_members m \
-                 JOIN groups g ON g.group_id = m.group_id WHERE m.group_id = "
-            ))
-            .int(group_id)
-            .sql(" AND g.group_id = ")
-            .int(group_id)
-            .sql(" AND m.user_id")
-            .in_texts(users)
-            .sql(&format!(" ORDER BY m.user_id FOR NO KEY UPDATE OF m{skip}"))
-    };
-    let query = match by_group.iter().collect::<Vec<_>>()[..] {
-        [] => return Ok(LockedMemberships::default()),
-        // Kept prepared: the ack of one group, whose text is the same every time.
-        [(group_id, users)] => {
-            lock_group_members(RawSql::default(), *group_id, users).keep_prepared()
-        }
-        // One node: one query over every pair, its text the same however many (kept
-        // prepared), locking in (group, user) order as it goes.
-        _ if !on_citus(conn) => {
-            let rows: Vec<Vec<Value<'_>>> = by_group
-                .iter()
-                .flat_map(|(group_id, users)| {
-                    users
-                        .iter()
-                        .map(|user_id| vec![Value::Int(*group_id), Value::Text(user_id)])
-                })
-                .collect();
-            RawSql::default()
-                .sql(&format!("SELECT {MEMBERSHIP_COLUMNS} FROM "))
-                .rows("t", &["g", "u"], &rows)
-                .sql(
-                    " JOIN group_members m ON m.group_id = t.g AND m.user_id = t.u \
-                     JOIN groups g ON g.group_id = m.group_id",
-                )
-                .sql(&format!(
-                    " ORDER BY m.group_id, m.user_id FOR NO KEY UPDATE OF m{skip}"
-                ))
-                .keep_prepared()
-        }
-        _ => {
-            let mut query = RawSql::default();
-            for (n, (group_id, users)) in by_group.iter().enumerate() {
-                let opening = if n == 0 { "WITH" } else { "," };
-                query = query.sql(&format!("{opening} locked{n} AS ("));
-                query = lock_group_members(query, *group_id, users).sql(")");
-            }
-            let union: Vec<String> = (0..by_group.len())
-                .map(|n| format!("SELECT * FROM locked{n}"))
-                .collect();
-            query.sql(&format!(" {}", union.join(" UNION ALL ")))
-        }
+    let Some(query) = locking_query(conn, &by_group, busy) else {
+        return Ok(LockedMemberships::default());
     };
     let locked: Vec<LockedRow> = query.load(conn)?;
-    let mut found: HashMap<(i64, String), Result<Membership, Refusal>> = locked
+    let found: HashMap<(i64, String), Result<Membership, Refusal>> = locked
         .into_iter()
         .map(|LockedRow { group, member }| {
             let key = (member.group_id, member.user_id.clone());
             (key, Ok(Membership { group, member }))
         })
         .collect();
+    settle_missing(conn, pairs, found, busy)
+}
+
+/// The statement that locks and reads the memberships of `by_group` (see
+/// [`lock_memberships`]); None when there are none.
+fn locking_query(
+    conn: &AnyConnection,
+    by_group: &BTreeMap<i64, Vec<&str>>,
+    busy: Busy,
+) -> Option<RawSql> {
+    let skip = match busy {
+        Busy::Skip => " SKIP LOCKED",
+        Busy::Wait => "",
+    };
+    Some(match by_group.iter().collect::<Vec<_>>()[..] {
+        [] => return None,
+        // Kept prepared: the ack of one group, whose text is the same every time.
+        [(group_id, users)] => {
+            lock_in_group(RawSql::default(), *group_id, users, skip).keep_prepared()
+        }
+        _ if !on_citus(conn) => lock_pairs(by_group, skip),
+        _ => group_by_group(by_group, |query, group_id, users| {
+            lock_in_group(query, group_id, users, skip)
+        }),
+    })
+}
+
+/// Appends the query that locks and reads the memberships of `users` in one group, which it
+/// names (so that on Citus it runs on the group's shard).
+fn lock_in_group(query: RawSql, group_id: i64, users: &[&str], skip: &str) -> RawSql {
+    query
+        .sql(&format!(
+            "SELECT {MEMBERSHIP_COLUMNS} FROM group_members m \
+             JOIN groups g ON g.group_id = m.group_id WHERE m.group_id = "
+        ))
+        .int(group_id)
+        .sql(" AND g.group_id = ")
+        .int(group_id)
+        .sql(" AND m.user_id")
+        .in_texts(users)
+        .sql(&format!(" ORDER BY m.user_id FOR NO KEY UPDATE OF m{skip}"))
+}
+
+/// One node: one query over every pair, its text the same however many (kept prepared),
+/// locking in (group, user) order as it goes.
+fn lock_pairs(by_group: &BTreeMap<i64, Vec<&str>>, skip: &str) -> RawSql {
+    let rows: Vec<Vec<Value<'_>>> = by_group
+        .iter()
+        .flat_map(|(group_id, users)| {
+            users
+                .iter()
+                .map(|user_id| vec![Value::Int(*group_id), Value::Text(user_id)])
+        })
+        .collect();
+    RawSql::default()
+        .sql(&format!("SELECT {MEMBERSHIP_COLUMNS} FROM "))
+        .rows("t", &["g", "u"], &rows)
+        .sql(
+            " JOIN group_members m ON m.group_id = t.g AND m.user_id = t.u \
+             JOIN groups g ON g.group_id = m.group_id",
+        )
+        .sql(&format!(
+            " ORDER BY m.group_id, m.user_id FOR NO KEY UPDATE OF m{skip}"
+        ))
+        .keep_prepared()
+}
+
+/// One statement of one query per group, each naming its group (so that on Citus each runs
+/// on its group's shard; a lock over several shards is refused): one `WITH` clause each, run
+/// in group order, their rows together. `query_of` appends one group's query.
+pub(in crate::db) fn group_by_group(
+    by_group: &BTreeMap<i64, Vec<&str>>,
+    query_of: impl Fn(RawSql, i64, &[&str]) -> RawSql,
+) -> RawSql {
+    let mut query = RawSql::default();
+    for (n, (group_id, keys)) in by_group.iter().enumerate() {
+        let opening = if n == 0 { "WITH" } else { "," };
+        query = query.sql(&format!("{opening} locked{n} AS ("));
+        query = query_of(query, *group_id, keys).sql(")");
+    }
+    let union: Vec<String> = (0..by_group.len())
+        .map(|n| format!("SELECT * FROM locked{n}"))
+        .collect();
+    query.sql(&format!(" {}", union.join(" UNION ALL ")))
+}
+
+/// Tells, for each pair the locking query did not find, why: a row held when not waiting
+/// (`busy`), or a refusal, looked up once more without a lock.
+fn settle_missing(
+    conn: &mut AnyConnection,
+    pairs: &[(i64, &str)],
+    mut found: HashMap<(i64, String), Result<Membership, Refusal>>,
+    busy: Busy,
+) -> QueryResult<LockedMemberships> {
     let missing: Vec<(i64, &str)> = pairs
         .iter()
         .copied()

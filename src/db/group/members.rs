@@ -4,9 +4,9 @@ use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
-use super::access::{member_of, Busy, Checked, Refusal};
+use super::access::{group_by_group, member_of, Busy, Checked, Refusal};
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::system_lines::{append_system_line, SystemLine};
@@ -188,15 +188,29 @@ pub fn remove_member(
         let user_id = user_id.to_owned();
         return Ok(Err(Refusal::NoSuchMember { user_id }));
     };
+    let cursors = MemberCursors {
+        read,
+        delivered,
+        joined,
+    };
+    record_left_member(conn, group_id, actor_id, user_id, cursors, wakes)?;
+    Ok(Ok(()))
+}
+
+/// What a member's leaving (their row already deleted, with `cursors` as it had them) writes
+/// besides: the histogram of cursors and the member count, the user's list of groups, the
+/// line in the group's log, the receipt change over every message they could see (their
+/// leaving changes those messages' audience), and their own event for their other devices.
+fn record_left_member(
+    conn: &mut AnyConnection,
+    group_id: i64,
+    actor_id: &str,
+    user_id: &str,
+    cursors: MemberCursors,
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
     let mut cursor_moves = CursorMoves::default();
-    cursor_moves.left(
-        group_id,
-        MemberCursors {
-            read,
-            delivered,
-            joined,
-        },
-    );
+    cursor_moves.left(group_id, cursors);
     cursor_moves.write(conn)?;
     count_members(conn, group_id, -1)?;
     user_groups::record_left(conn, group_id, user_id)?;
@@ -215,7 +229,7 @@ pub fn remove_member(
         conn,
         GroupId(group_id),
         user_id,
-        MsgId(joined),
+        MsgId(cursors.joined),
         MsgId(last_msg_id),
     )?;
     record_member_events(
@@ -227,7 +241,7 @@ pub fn remove_member(
     )?;
     wakes.record(WakeEvent::CursorMoved(group_id));
     wakes.record(WakeEvent::MembershipChanged(user_id.to_owned()));
-    Ok(Ok(()))
+    Ok(())
 }
 
 /// A member's cursors after an ack, decided from the membership row as locked: each only
@@ -349,7 +363,7 @@ pub(in crate::db) fn lock_in_order(
     if pairs.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let mut by_group: std::collections::BTreeMap<i64, Vec<&str>> = Default::default();
+    let mut by_group: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
     for &(group_id, key) in pairs {
         by_group.entry(group_id).or_default().push(key);
     }
@@ -374,16 +388,7 @@ pub(in crate::db) fn lock_in_order(
         // Kept prepared: the ack of one group, whose text is the same every time.
         lock_group_rows(RawSql::default(), *group_id, keys).keep_prepared()
     } else {
-        let mut query = RawSql::default();
-        for (n, (group_id, keys)) in by_group.iter().enumerate() {
-            let opening = if n == 0 { "WITH" } else { "," };
-            query = query.sql(&format!("{opening} locked{n} AS ("));
-            query = lock_group_rows(query, *group_id, keys).sql(")");
-        }
-        let union: Vec<String> = (0..by_group.len())
-            .map(|n| format!("SELECT group_id, key FROM locked{n}"))
-            .collect();
-        query.sql(&format!(" {}", union.join(" UNION ALL ")))
+        group_by_group(&by_group, lock_group_rows)
     };
     let locked: Vec<Locked> = query.load(conn)?;
     Ok(Some(

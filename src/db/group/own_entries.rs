@@ -168,7 +168,20 @@ pub fn advance_past_own_entries(
             .sql(" AND group_members.user_id = t.user_id")
             .keep_prepared()
     });
-    let device_moves: Vec<(&str, &DeviceId, Follow)> = entries_by_user
+    let device_moves = device_moves(entries_by_user);
+    Ok(OwnAdvance {
+        members: members_update,
+        cursor_moves,
+        device_cursors: devices_past_own(group_id, &device_moves),
+    })
+}
+
+/// How each device that sent entries moves its delivered cursor: it follows the entries it
+/// sent (see [`Follow`]).
+fn device_moves<'a>(
+    entries_by_user: &'a [(&'a str, Vec<OwnEntry<'a>>)],
+) -> Vec<(&'a str, &'a DeviceId, Follow)> {
+    entries_by_user
         .iter()
         .flat_map(|(user_id, entries)| {
             let mut devices: Vec<&DeviceId> = entries.iter().filter_map(|e| e.device).collect();
@@ -182,12 +195,7 @@ pub fn advance_past_own_entries(
                 (*user_id, device, Follow::over(ids))
             })
         })
-        .collect();
-    Ok(OwnAdvance {
-        members: members_update,
-        cursor_moves,
-        device_cursors: devices_past_own(group_id, &device_moves),
-    })
+        .collect()
 }
 
 /// What [`advance_past_own_entries`] leaves for the caller to write in the append's

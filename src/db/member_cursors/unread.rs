@@ -187,6 +187,17 @@ pub fn above_read_after(
         }
         return Ok(HashMap::new());
     }
+    let query = above_read_query(reads);
+    let found: Vec<Row> = query.load_after(writes, conn)?;
+    Ok(found
+        .into_iter()
+        .map(|r| ((r.group_id, r.user_id), r.above))
+        .collect())
+}
+
+/// The query of [`above_read_after`] for non-empty `reads`: the membership rows with the
+/// given read cursors, joined to their groups, and the counts above each cursor.
+fn above_read_query(reads: &[(i64, &str, i64)]) -> RawSql {
     let group = one_group(reads.iter().map(|r| r.0));
     let rows: Vec<Vec<Value<'_>>> = reads
         .iter()
@@ -217,7 +228,7 @@ pub fn above_read_after(
         " AS BIGINT) AS mentions FROM (SELECT gm.group_id, gm.user_id, \
          t.read_to AS last_read_msg_id, gm.own_msgs_after_read - ",
     );
-    let query = own_messages_passed(query, "gm", "t.read_to", group)
+    own_messages_passed(query, "gm", "t.read_to", group)
         .sql(" AS own_msgs_after_read FROM group_members gm JOIN ")
         .rows("t", &["g", "u", "read_to"], &rows)
         .sql(" ON gm.group_id = t.g AND gm.user_id = t.u")
@@ -225,12 +236,7 @@ pub fn above_read_after(
         .sql(") AS group_members JOIN groups ON groups.group_id = group_members.group_id")
         .within_one_group("groups.group_id", group)
         // One text whatever the count of rows on PostgreSQL (arrays), kept prepared.
-        .keep_prepared();
-    let found: Vec<Row> = query.load_after(writes, conn)?;
-    Ok(found
-        .into_iter()
-        .map(|r| ((r.group_id, r.user_id), r.above))
-        .collect())
+        .keep_prepared()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Queries on `group_msgs`: the idempotent append of a member's entry, the two page
 //! directions, and message expiry.
 
+use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use std::collections::HashMap;
@@ -145,25 +146,62 @@ pub fn send_entries(
         };
         return Ok(sends.iter().map(|_| no_group()).collect());
     };
-    let mut sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();
-    let mut last_msg_id = locked.last_msg_id;
-    let mut stored: Vec<(&NewEntry, MessageRow)> = Vec::new();
-    let mut answers = Vec::with_capacity(sends.len());
+    let decided = decide_entries(
+        conn,
+        group_id,
+        sends,
+        &memberships,
+        locked.last_msg_id,
+        (now, windows),
+    )?;
+    if !decided.stored.is_empty() {
+        write_appended(conn, group_id, &decided, &memberships, now, wakes)?;
+    }
+    Ok(decided.answers)
+}
+
+/// What [`decide_entries`] decided: each entry's answer, the rows to store, and the group's
+/// last message id after them.
+struct Decided<'s> {
+    answers: Vec<Sent>,
+    stored: Vec<(&'s NewEntry, MessageRow)>,
+    last_msg_id: i64,
+}
+
+/// Decides every entry before anything is written: a repeat gets its original, a refused
+/// entry its refusal and no id, each other entry the next id. `(now, windows)`: the time the
+/// entries are stamped with, and the change windows in force.
+fn decide_entries<'s>(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    sends: &'s [NewEntry],
+    memberships: &HashMap<String, Membership>,
+    last_msg_id: i64,
+    (now, windows): (NaiveDateTime, ChangeWindows),
+) -> QueryResult<Decided<'s>> {
+    let mut sent_before = find_sent(conn, group_id, sends)?;
+    let mut decided = Decided {
+        answers: Vec::with_capacity(sends.len()),
+        stored: Vec::new(),
+        last_msg_id,
+    };
     for send in sends {
         let key = (send.sender_id.clone(), send.client_msg_id.clone());
         if let Some(original) = sent_before.get(&key) {
-            answers.push(Ok(SendOutcome::Existing(original.clone())));
+            decided
+                .answers
+                .push(Ok(SendOutcome::Existing(original.clone())));
             continue;
         }
         let Some(membership) = memberships.get(&send.sender_id) else {
-            answers.push(Err(Refusal::NotMember {
+            decided.answers.push(Err(Refusal::NotMember {
                 group_id: group_id.0,
             }));
             continue;
         };
-        let msg_id = MsgId(last_msg_id + 1);
+        let msg_id = MsgId(decided.last_msg_id + 1);
         let checked = match &send.entry {
             UserEntry::Message(draft) => check_message(conn, membership, msg_id, draft)?,
             UserEntry::Change { change, target } => {
@@ -171,10 +209,10 @@ pub fn send_entries(
             }
         };
         if let Err(refusal) = checked {
-            answers.push(Err(refusal));
+            decided.answers.push(Err(refusal));
             continue;
         }
-        last_msg_id = msg_id.0;
+        decided.last_msg_id = msg_id.0;
         let row = new_row(
             group_id.0,
             msg_id.0,
@@ -184,31 +222,40 @@ pub fn send_entries(
             now,
         );
         sent_before.insert(key, row.clone());
-        answers.push(Ok(SendOutcome::Created(row.clone())));
-        stored.push((send, row));
+        decided.answers.push(Ok(SendOutcome::Created(row.clone())));
+        decided.stored.push((send, row));
     }
-    if stored.is_empty() {
-        return Ok(answers);
-    }
+    Ok(decided)
+}
+
+/// Writes what [`decide_entries`] stored: in one round trip where the engine allows, the
+/// entries, the senders' cursors and the group's counter; then the mentions, after the rows
+/// they point at. Records the wake-up.
+fn write_appended(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    decided: &Decided<'_>,
+    memberships: &HashMap<String, Membership>,
+    now: NaiveDateTime,
+    wakes: &mut Wakes,
+) -> QueryResult<()> {
+    let stored = &decided.stored;
     let own_advance =
-        advance_past_own_entries(group_id, &own_entries_by_user(&stored), &memberships)?;
-    // One round trip for the append where the engine allows: the entries, the senders'
-    // cursors and the group's counter.
-    let mut writes = vec![insert_rows(&stored)];
+        advance_past_own_entries(group_id, &own_entries_by_user(stored), memberships)?;
+    let mut writes = vec![insert_rows(stored)];
     writes.extend(own_advance.statements(conn));
     let any_message = stored.iter().any(|(_, row)| row.kind == EntryKind::Message);
     // A change entry does not move the group in the chat list.
     record_appended(
         conn,
         group_id,
-        MsgId(last_msg_id),
+        MsgId(decided.last_msg_id),
         any_message.then_some(now),
         writes,
     )?;
-    // After the rows they point at.
-    store_mentions(conn, &stored)?;
+    store_mentions(conn, stored)?;
     wakes.record(WakeEvent::MessageSent(group_id.0));
-    Ok(answers)
+    Ok(())
 }
 
 /// The statement that inserts the rows of `stored`, for the caller to run in the round trip
