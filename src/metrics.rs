@@ -47,8 +47,8 @@ impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new_custom(Some("chorus".into()), None)?;
         let (requests, latency) = http_metrics(&registry)?;
-        let counter = |name, help| registered_counter(&registry, name, help);
-        let gauge = |name, help| registered_gauge(&registry, name, help);
+        let counter = |name, help| registered(&registry, IntCounter::new(name, help)?);
+        let gauge = |name, help| registered(&registry, IntGauge::new(name, help)?);
         Ok(Metrics {
             requests,
             latency,
@@ -126,29 +126,19 @@ fn http_metrics(registry: &Registry) -> Result<(IntCounterVec, HistogramVec), pr
         ),
         &["route", "method"],
     )?;
-    registry.register(Box::new(requests.clone()))?;
-    registry.register(Box::new(latency.clone()))?;
-    Ok((requests, latency))
+    Ok((
+        registered(registry, requests)?,
+        registered(registry, latency)?,
+    ))
 }
 
-fn registered_gauge(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-) -> Result<IntGauge, prometheus::Error> {
-    let gauge = IntGauge::new(name, help)?;
-    registry.register(Box::new(gauge.clone()))?;
-    Ok(gauge)
-}
-
-fn registered_counter(
-    registry: &Registry,
-    name: &str,
-    help: &str,
-) -> Result<IntCounter, prometheus::Error> {
-    let counter = IntCounter::new(name, help)?;
-    registry.register(Box::new(counter.clone()))?;
-    Ok(counter)
+/// `metric`, registered in `registry`.
+fn registered<M>(registry: &Registry, metric: M) -> Result<M, prometheus::Error>
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
 }
 
 fn catch_up(counter: &IntCounter, total: u64) {
