@@ -1,5 +1,6 @@
 //! Handlers for acks: one group, or many groups in one request (the login sync).
 
+use crate::domain::refusal::Refusal;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
@@ -9,7 +10,7 @@ use super::json_body::JsonBody;
 use super::views::{AcksView, CursorsView};
 use super::AppState;
 use crate::db::acks::cursors::{AckRequest, AcksOf, CursorState};
-use crate::db::group::access::Refusal;
+
 use crate::domain::{parse_msg_id, MAX_ACKS_PER_REQUEST};
 
 #[derive(Deserialize)]

@@ -4,13 +4,14 @@
 //! Policy: 4xx messages say what the client did wrong; a 500 says only "internal error" and the
 //! cause goes to the log; a database that cannot be reached is 503 so clients retry.
 
+use crate::domain::entries::EntryKind;
+use crate::domain::refusal::Refusal;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::db::device::push_targets::TargetRefusal;
-use crate::db::group::access::Refusal;
-use crate::db::models::EntryKind;
+
 use crate::db::DbError;
 use crate::domain::ValidationError;
 

@@ -1,5 +1,6 @@
 //! Handlers for sending and pulling group messages.
 
+use crate::domain::entries::EntryKind;
 use std::collections::HashMap;
 
 use actix_web::{web, HttpResponse};
@@ -15,7 +16,7 @@ use crate::db::device::devices::device_ack;
 use crate::db::group::access::Membership;
 use crate::db::message::entry_refs::{load_refs, EntryRefs};
 use crate::db::message::messages::{self, NewEntry, SendOutcome};
-use crate::db::models::{EntryKind, MemberRow, MessageRow};
+use crate::db::models::{MemberRow, MessageRow};
 use crate::db::read_models::receipt_counts::{receipt_counts, ReceiptCounts};
 use crate::db::AnyConnection;
 use crate::domain::{parse_limit, parse_msg_id};

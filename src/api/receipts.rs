@@ -1,5 +1,7 @@
 //! Handlers for read receipts: one message's readers, and the senders' long-poll of changes.
 
+use crate::domain::entries::EntryKind;
+use crate::domain::refusal::Refusal;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
@@ -8,9 +10,9 @@ use super::extract::AuthUser;
 use super::longpoll::{long_poll, PollQuery};
 use super::views::{MessageReceiptsView, ReceiptChangeView, ReceiptChangesPage, ReceiptCountsView};
 use super::{read_as_member, AppState};
-use crate::db::group::access::{Membership, Refusal};
+use crate::db::group::access::Membership;
 use crate::db::message::entry_refs::find_message;
-use crate::db::models::{EntryKind, MessageRow};
+use crate::db::models::MessageRow;
 use crate::db::read_models::changes::{changed_receipts, Feed, MessageRef};
 use crate::db::read_models::receipt_counts::{message_receipts, receipt_counts};
 use crate::db::AnyConnection;

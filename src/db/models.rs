@@ -1,11 +1,9 @@
 //! Row structs (what a query returns) kept apart from insert forms (what a write takes).
 
 use chrono::NaiveDateTime;
-use diesel::backend::Backend;
-use diesel::deserialize::{self, FromSql, FromSqlRow};
 use diesel::prelude::*;
-use diesel::sql_types::Text;
 
+use crate::domain::entries::{EntryKind, Role};
 use crate::schema::{group_members, group_msgs, groups};
 
 #[derive(Queryable, QueryableByName, Selectable, Debug, Clone)]
@@ -83,45 +81,6 @@ impl NewMember {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromSqlRow)]
-pub enum Role {
-    Owner,
-    Member,
-}
-
-impl Role {
-    /// The stored (and JSON) spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Owner => "owner",
-            Role::Member => "member",
-        }
-    }
-}
-
-/// Reads the stored spelling; the table's CHECK admits no other.
-impl TryFrom<String> for Role {
-    type Error = String;
-
-    fn try_from(stored: String) -> Result<Role, String> {
-        match stored.as_str() {
-            "owner" => Ok(Role::Owner),
-            "member" => Ok(Role::Member),
-            _ => Err(format!("unknown role {stored:?}")),
-        }
-    }
-}
-
-impl<DB> FromSql<Text, DB> for Role
-where
-    DB: Backend,
-    String: FromSql<Text, DB>,
-{
-    fn from_sql(stored: DB::RawValue<'_>) -> deserialize::Result<Role> {
-        Ok(Role::try_from(String::from_sql(stored)?)?)
-    }
-}
-
 impl MemberRow {
     pub fn is_owner(&self) -> bool {
         self.role == Role::Owner
@@ -166,90 +125,6 @@ pub struct NewMessage<'a> {
     pub mention_all: bool,
     pub ext: Option<&'a str>,
     pub detail: Option<&'a str>,
-}
-
-/// What an entry of a group's log is. Only [`EntryKind::Message`] counts as unread or has
-/// receipts; the stored spelling is also the JSON one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, diesel::deserialize::FromSqlRow)]
-pub enum EntryKind {
-    /// A user's message.
-    Message,
-    /// A message its sender recalled: its content is gone.
-    Recalled,
-    /// A message the group's owner deleted: its content is gone.
-    Deleted,
-    /// A change entry: the sender recalled `target_msg_id`.
-    Recall,
-    /// A change entry: the sender edited `target_msg_id`.
-    Edit,
-    /// A change entry: the owner deleted `target_msg_id`.
-    Delete,
-    MemberJoined,
-    MemberLeft,
-    MemberRemoved,
-    GroupRenamed,
-}
-
-impl EntryKind {
-    pub const ALL: [EntryKind; 10] = [
-        EntryKind::Message,
-        EntryKind::Recalled,
-        EntryKind::Deleted,
-        EntryKind::Recall,
-        EntryKind::Edit,
-        EntryKind::Delete,
-        EntryKind::MemberJoined,
-        EntryKind::MemberLeft,
-        EntryKind::MemberRemoved,
-        EntryKind::GroupRenamed,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::Message => "message",
-            EntryKind::Recalled => "recalled",
-            EntryKind::Deleted => "deleted",
-            EntryKind::Recall => "recall",
-            EntryKind::Edit => "edit",
-            EntryKind::Delete => "delete",
-            EntryKind::MemberJoined => "member_joined",
-            EntryKind::MemberLeft => "member_left",
-            EntryKind::MemberRemoved => "member_removed",
-            EntryKind::GroupRenamed => "group_renamed",
-        }
-    }
-
-    /// A change entry applies to another entry and is not shown as a line of its own.
-    pub fn is_change(self) -> bool {
-        matches!(
-            self,
-            EntryKind::Recall | EntryKind::Edit | EntryKind::Delete
-        )
-    }
-}
-
-/// Read from its stored spelling; a spelling no kind has is a deserialization error.
-impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for EntryKind
-where
-    DB: diesel::backend::Backend,
-    String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
-{
-    fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
-        let stored = String::from_sql(bytes)?;
-        Ok(EntryKind::try_from(stored)?)
-    }
-}
-
-/// Reads the stored spelling; the table's CHECK admits no other.
-impl TryFrom<String> for EntryKind {
-    type Error = String;
-
-    fn try_from(stored: String) -> Result<EntryKind, String> {
-        EntryKind::ALL
-            .into_iter()
-            .find(|kind| kind.as_str() == stored)
-            .ok_or_else(|| format!("unknown entry kind {stored:?}"))
-    }
 }
 
 /// Now, in UTC, truncated to microseconds so both engines store the same value.

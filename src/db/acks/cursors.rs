@@ -1,5 +1,6 @@
 //! Acks: moving members' cursors forward, one group or many in one transaction.
 
+use crate::domain::refusal::Refusal;
 use diesel::QueryResult;
 
 use std::collections::{HashMap, HashSet};
@@ -7,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use crate::db::device::devices::{advance_devices, device_acks};
 use crate::db::engine::raw_sql::RawSql;
 use crate::db::group::access::{
-    lock_memberships, memberships, Busy, Checked, LockedMemberships, Membership, Refusal,
+    lock_memberships, memberships, Busy, Checked, LockedMemberships, Membership,
 };
 use crate::db::group::member_events::reads_statements;
 use crate::db::group::members::{advance_members, Advance};

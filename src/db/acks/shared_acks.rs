@@ -10,6 +10,7 @@
 //! transaction. [`super::cursors::ack_requests`] decides each request's answer; it is the same
 //! code for a batch of one.
 
+use crate::domain::refusal::Refusal;
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
@@ -19,7 +20,7 @@ use super::cursors::{ack_requests, ack_requests_beside_busy, refusal_of, AcksOf,
 use crate::db::engine::distribution::serving_citus;
 use crate::db::engine::error::DbError;
 use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
-use crate::db::group::access::Refusal;
+
 use crate::db::AnyConnection;
 use crate::wake::Wakes;
 

@@ -15,6 +15,7 @@ pub(super) mod proven_connection;
 pub mod publish;
 pub mod raw_sql;
 pub mod shared_commits;
+mod sql_types;
 pub(super) mod storage;
 pub(super) mod wait_count;
 pub(super) mod write_lane;

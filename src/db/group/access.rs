@@ -1,5 +1,5 @@
-//! Who may do what with a group: the one membership check every group route goes through, and
-//! the one type for every refusal (mapped to its HTTP answer once, in `api::error`).
+//! Who may do what with a group: the one membership check every group route goes through,
+//! answering a [`Refusal`] (mapped to its HTTP answer once, in `api::error`) when it says no.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -7,84 +7,10 @@ use diesel::prelude::*;
 
 use crate::db::engine::distribution::on_citus;
 use crate::db::engine::raw_sql::{RawSql, Value};
-use crate::db::models::{EntryKind, GroupRow, MemberRow};
+use crate::db::models::{GroupRow, MemberRow};
 use crate::db::AnyConnection;
+use crate::domain::refusal::Refusal;
 use crate::schema::{group_members, groups};
-
-/// Why a request about a group was refused. Decided inside the database call that reads the
-/// rows it depends on, answered by the handler.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    NoGroup {
-        group_id: i64,
-    },
-    NotMember {
-        group_id: i64,
-    },
-    /// Something only the group's owner may do; the text says what.
-    OwnerOnly(&'static str),
-    OwnerCannotLeave,
-    NoSuchMember {
-        user_id: String,
-    },
-    TooManyMembers {
-        current: i64,
-        adding: i64,
-        max: i64,
-    },
-    NoMessage {
-        group_id: i64,
-        msg_id: i64,
-    },
-    ReceiptsOfOthers,
-    /// Only recalled, deleted entries and plain messages have receipts: this entry has none.
-    NoReceipts {
-        msg_id: i64,
-        kind: EntryKind,
-    },
-    /// A field names an entry of the group that does not exist, is not earlier, or is from
-    /// before the caller joined.
-    NoSuchEntry {
-        field: &'static str,
-        group_id: i64,
-        msg_id: i64,
-    },
-    /// The entry a field names is not a message (a change entry or a system line).
-    NotAMessage {
-        field: &'static str,
-        msg_id: i64,
-        kind: EntryKind,
-    },
-    /// The message was already recalled or deleted.
-    Retracted {
-        msg_id: i64,
-        kind: EntryKind,
-    },
-    /// Only a message's sender may recall or edit it.
-    NotSender {
-        msg_id: i64,
-    },
-    /// The message is older than the window in which it may be recalled or edited.
-    WindowPassed {
-        change: EntryKind,
-        msg_id: i64,
-        window_secs: i64,
-    },
-    /// A mention names someone who is not a member of the group.
-    MentionOfNonMember {
-        user_id: String,
-    },
-    AckBeyondLastMessage {
-        group_id: i64,
-        requested: i64,
-        last_msg_id: i64,
-    },
-    /// One entry of a batch (`POST /v1/acks`) was refused, so the batch was.
-    InBatch {
-        index: usize,
-        refusal: Box<Refusal>,
-    },
-}
 
 /// The result of a database call that may refuse: the outer error is the database's, the
 /// inner one the caller's (`state.db.read(…).await??` answers both).

@@ -1,13 +1,14 @@
 //! A group's life as its owner and the service see it: created with its first members,
 //! renamed. Each change that members should learn of writes a system line.
 
+use crate::domain::entries::Role;
 use diesel::prelude::*;
 
 use super::access::{member_of, Checked};
 use super::groups::find_group;
 use super::members::{insert_joined, within_cap};
 use super::system_lines::{append_system_line, SystemLine};
-use crate::db::models::{now_utc, GroupRow, NewGroup, NewMember, Role};
+use crate::db::models::{now_utc, GroupRow, NewGroup, NewMember};
 use crate::db::AnyConnection;
 use crate::refuse_unless;
 use crate::schema::groups;

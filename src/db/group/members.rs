@@ -1,12 +1,14 @@
 //! Queries on `group_members`: membership changes and the members' cursors.
 
+use crate::domain::entries::Role;
+use crate::domain::refusal::Refusal;
 use diesel::dsl::sql;
 use diesel::expression::SqlLiteral;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use std::collections::{BTreeMap, HashSet};
 
-use super::access::{group_by_group, member_of, Busy, Checked, Refusal};
+use super::access::{group_by_group, member_of, Busy, Checked};
 use super::groups::lock_group;
 use super::member_events::{record_member_events, Cause, MemberEventKind};
 use super::system_lines::{append_system_line, SystemLine};
@@ -16,7 +18,7 @@ use crate::db::engine::raw_sql::{RawSql, Value};
 use crate::db::member_cursors::cursor_counts::{CursorMoves, MemberCursors};
 use crate::db::member_cursors::receipts::record_change;
 use crate::db::member_cursors::unread::own_messages_passed;
-use crate::db::models::{now_utc, MemberRow, NewMember, Role};
+use crate::db::models::{now_utc, MemberRow, NewMember};
 use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_members, groups};

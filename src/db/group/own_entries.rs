@@ -253,7 +253,8 @@ pub fn devices_past_own(group_id: GroupId, moves: &[(&str, &DeviceId, Follow)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::models::{now_utc, Role};
+    use crate::db::models::now_utc;
+    use crate::domain::entries::Role;
 
     fn entry(msg_id: i64, device: Option<&DeviceId>, counted: bool) -> OwnEntry<'_> {
         OwnEntry {

@@ -2,11 +2,12 @@
 //! every member's devices learn of it through the ordinary pull and render it as a line. They
 //! never count as unread and have no receipts.
 
+use crate::domain::entries::EntryKind;
 use diesel::prelude::*;
 use serde_json::json;
 
 use super::groups::{allocate_msg_id, touch_activity};
-use crate::db::models::{now_utc, EntryKind, NewMessage};
+use crate::db::models::{now_utc, NewMessage};
 use crate::db::AnyConnection;
 use crate::schema::group_msgs;
 use crate::wake::{WakeEvent, Wakes};

@@ -2,12 +2,14 @@
 //! replies quote, and whom each message mentions (two queries for any page, not one per
 //! entry); for an entry being appended, whether the message it names may be pointed at.
 
+use crate::domain::entries::EntryKind;
+use crate::domain::refusal::Refusal;
 use std::collections::HashMap;
 
 use diesel::prelude::*;
 
-use crate::db::group::access::{Checked, Membership, Refusal};
-use crate::db::models::{EntryKind, MessageRow};
+use crate::db::group::access::{Checked, Membership};
+use crate::db::models::MessageRow;
 use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_msgs, mentions};

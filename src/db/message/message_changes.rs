@@ -2,14 +2,16 @@
 //! itself is appended to the group's log like any send (see `messages::send`); this applies it
 //! to the target, in the same transaction, once the target is known to allow it.
 
+use crate::domain::entries::EntryKind;
+use crate::domain::refusal::Refusal;
 use chrono::NaiveDateTime;
 use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
 use super::entry_refs::visible_message;
-use crate::db::group::access::{Checked, Membership, Refusal};
-use crate::db::models::{EntryKind, MessageRow};
+use crate::db::group::access::{Checked, Membership};
+use crate::db::models::MessageRow;
 use crate::db::AnyConnection;
 use crate::domain::MsgId;
 use crate::refuse_unless;

@@ -1,6 +1,8 @@
 //! Queries on `group_msgs`: the idempotent append of a member's entry, the two page
 //! directions, and message expiry.
 
+use crate::domain::entries::EntryKind;
+use crate::domain::refusal::Refusal;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
@@ -9,13 +11,13 @@ use std::collections::HashMap;
 use super::entry_refs::visible_message;
 use super::message_changes::{apply_change, Change, ChangeWindows};
 use crate::db::engine::raw_sql::{RawSql, Value};
-use crate::db::group::access::{Checked, Membership, Refusal};
+use crate::db::group::access::{Checked, Membership};
 use crate::db::group::groups::{
     lock_group, lock_group_and_members, record_appended, LockedWithMembers,
 };
 use crate::db::group::members::read_past_expired;
 use crate::db::group::own_entries::{advance_past_own_entries, OwnEntry};
-use crate::db::models::{now_utc, EntryKind, MessageRow, NewMessage};
+use crate::db::models::{now_utc, MessageRow, NewMessage};
 use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, group_msgs, mentions};

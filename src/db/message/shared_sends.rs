@@ -6,6 +6,7 @@
 //! batch of one. Another instance's sends to the same group take the group's lock in turn,
 //! so ids stay contiguous.
 
+use crate::domain::refusal::Refusal;
 use diesel::QueryResult;
 
 use super::entry_refs::{load_refs, refs_of_new, EntryRefs};
@@ -13,7 +14,7 @@ use super::message_changes::ChangeWindows;
 use super::messages::{send_entries, stored_mentions, NewEntry, SendOutcome, UserEntry};
 use crate::db::engine::error::DbError;
 use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
-use crate::db::group::access::Refusal;
+
 use crate::db::AnyConnection;
 use crate::domain::GroupId;
 use crate::wake::Wakes;

@@ -3,6 +3,7 @@
 //! membership row, the group row, at most one message row per group and the index ranges the
 //! unread rule reads (see `unread`): no message counting.
 
+use crate::domain::entries::EntryKind;
 use std::sync::LazyLock;
 
 use chrono::NaiveDateTime;
@@ -14,7 +15,7 @@ use crate::db::engine::raw_sql::RawSql;
 use crate::db::member_cursors::unread::{
     unread_sql, UnreadInputs, MENTIONS_OVER_ROWS, NOT_COUNTED_OVER_ROWS,
 };
-use crate::db::models::EntryKind;
+
 use crate::db::AnyConnection;
 use crate::domain::PREVIEW_CHARS;
 use crate::schema::{device_cursors, group_members, group_msgs, groups};

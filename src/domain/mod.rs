@@ -1,7 +1,13 @@
-//! Validated inputs. Handlers parse raw request fields into these types at the boundary; the
-//! rest of the code trusts them. Every bound here is documented in README and openapi.yaml.
+//! The domain: validated inputs and ids, the kinds of a group log's entries and of members
+//! ([`entries`]), and why a request may be refused ([`refusal`]). Handlers parse raw request
+//! fields into these types at the boundary; the rest of the code trusts them. Every bound here
+//! is documented in README and openapi.yaml. No diesel and no actix here: the database layer
+//! binds these types to SQL (`db::engine::sql_types`), the API turns refusals into answers.
 
 use std::fmt;
+
+pub mod entries;
+pub mod refusal;
 
 pub const MAX_USER_ID_LEN: usize = 64;
 pub const MAX_CLIENT_MSG_ID_LEN: usize = 128;
@@ -21,30 +27,15 @@ pub const MAX_EXT_BYTES: usize = 4096;
 
 /// A group's id. Ids of groups and messages are distinct types where a function takes both,
 /// so the two cannot be swapped; they bind to SQL as the BIGINT they are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, diesel::AsExpression)]
-#[diesel(sql_type = diesel::sql_types::BigInt)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GroupId(pub i64);
 
 /// A message's id within its group (`0`: before the first message).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, diesel::AsExpression)]
-#[diesel(sql_type = diesel::sql_types::BigInt)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MsgId(pub i64);
 
-macro_rules! bind_as_bigint {
+macro_rules! display_as_number {
     ($($id:ty),*) => { $(
-        impl<DB> diesel::serialize::ToSql<diesel::sql_types::BigInt, DB> for $id
-        where
-            DB: diesel::backend::Backend,
-            i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
-        {
-            fn to_sql<'b>(
-                &'b self,
-                out: &mut diesel::serialize::Output<'b, '_, DB>,
-            ) -> diesel::serialize::Result {
-                self.0.to_sql(out)
-            }
-        }
-
         impl fmt::Display for $id {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 self.0.fmt(f)
@@ -52,7 +43,7 @@ macro_rules! bind_as_bigint {
         }
     )* };
 }
-bind_as_bigint!(GroupId, MsgId);
+display_as_number!(GroupId, MsgId);
 
 /// A field failed validation; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
