@@ -331,7 +331,7 @@ pub struct Settings {
     pub announce_wakes: bool,
 
     /// Whether sends to one group, and acks, that arrive together are stored in one
-    /// transaction (see `db::shared_commits`). Not a flag: always on for a server. Benches
+    /// transaction (see `db::engine::shared_commits`). Not a flag: always on for a server. Benches
     /// turn it off to measure each write alone side by side.
     #[arg(skip = true)]
     pub shared_commits: bool,

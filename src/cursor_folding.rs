@@ -1,6 +1,6 @@
-//! PostgreSQL: the job that folds the cursor moves writes append into the histogram of
-//! cursors receipt counts read (see `db::cursor_counts`). Counts are exact before a fold too
-//! (they read the moves not yet folded); folding keeps the moves a count reads few.
+//! PostgreSQL: the job that folds the cursor moves writes append into the histogram of cursors
+//! receipt counts read (see `db::member_cursors::cursor_counts`). Counts are exact before a fold
+//! too (they read the moves not yet folded); folding keeps the moves a count reads few.
 
 use std::time::Duration;
 

@@ -220,7 +220,7 @@ impl From<DbError> for ApiError {
             tracing::warn!(error = %e, "database unavailable");
             ApiError::Unavailable("the database is unavailable; retry shortly".into())
         } else if e.is_storage_full() {
-            // Logged once per episode where it is detected (db::storage), not per request.
+            // Logged once per episode where it is detected (db::engine::storage), not per request.
             ApiError::StorageFull(
                 "the server has no storage space left for this write; retry later".into(),
             )

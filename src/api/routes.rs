@@ -14,7 +14,7 @@ use Audience::{AnyUser, Development, GroupMember, Public};
 /// against this for every kind of caller; it is not enforced from here. `AnyUser` and
 /// `GroupMember` handlers take an [`AuthUser`](super::extract::AuthUser), so they need a valid
 /// token, and `GroupMember` handlers check membership inside their one database call
-/// ([`read_as_member`](super::access::read_as_member) or `db::access::member_of`).
+/// ([`read_as_member`](super::access::read_as_member) or `db::group::access::member_of`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Audience {
     Public,

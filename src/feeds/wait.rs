@@ -54,7 +54,6 @@ pub async fn starting_position(db: &Db, feed: Feed) -> Result<FeedPosition, DbEr
 
 /// Reads the feed after `cursor`; while nothing is there, waits for a wake-up or the timeout.
 /// A timeout answers with no items and the position the reads reached.
-#[allow(clippy::too_many_arguments)]
 pub async fn wait_for_changes<C, T>(
     db: &Db,
     notifier: &Arc<Notifier>,

@@ -1,7 +1,8 @@
-//! Waking phones that are not polling. A device registers a push target (`db::push_targets`);
-//! the rule for when it is due a notification is `db::push_due`, decided from cursors and never
-//! from presence; this job builds each notification in the transaction that records what it
-//! tells, stores it as the device's pending one (`db::push_outbox`), and hands it to the
+//! Waking phones that are not polling. A device registers a push target
+//! (`db::device::push_targets`); the rule for when it is due a notification is
+//! `db::push::push_due`, decided from cursors and never from presence; this job builds each
+//! notification in the transaction that records what it tells, stores it as the device's
+//! pending one (`db::push::push_outbox`), and hands it to the
 //! operator's push service over HTTP, signed, with an idempotency key, retried with backoff.
 
 pub mod build;

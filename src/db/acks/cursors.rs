@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::db::device::devices::{advance_devices, device_acks};
 use crate::db::engine::raw_sql::RawSql;
+use crate::db::engine::row_locks::Busy;
 use crate::db::group::access::{
-    lock_memberships, memberships, Busy, Checked, LockedMemberships, Membership,
+    lock_memberships, memberships, Checked, LockedMemberships, Membership,
 };
 use crate::db::group::member_events::reads_statements;
 use crate::db::group::members::{advance_members, Advance};
@@ -92,15 +93,15 @@ impl Entry<'_> {
 }
 
 /// Applies requests of acks (of one user or many), each all or nothing, inside the caller's
-/// transaction: per request in order, its cursor states or its refusal. Every refusal is
-/// decided before anything is written, so a refused request leaves nothing written and the
-/// others stand. An ack writes a few rows however many messages it covers, and one that would
-/// not move a cursor writes nothing. Set-based: however many requests and groups, a round
-/// takes the same few statements: the membership rows locked and read; with devices, their
-/// cursors read and moved and their badge rows locked; the moves, their effects and the
-/// counts in one round trip where the engine allows. A request that names a group more than once acks it
-/// once per round, in request order, as if the acks came one after another: the answer to
-/// each says where that ack left the cursors.
+/// transaction: per request in order, its cursor states or its refusal. Every refusal is decided
+/// before anything is written, so a refused request leaves nothing written and the others stand. An
+/// ack writes a few rows however many messages it covers, and one that would not move a cursor
+/// writes nothing. Set-based: however many requests and groups, a round takes the same few
+/// statements: the membership rows locked and read; with devices, their cursors read and moved and
+/// their badge rows locked; the moves, their effects and the counts in one round trip where the
+/// engine allows. A request that names a group more than once acks it once per round, in request
+/// order, as if the acks came one after another: the answer to each says where that ack left the
+/// cursors.
 pub fn ack_requests(
     conn: &mut AnyConnection,
     requests: &[AcksOf],

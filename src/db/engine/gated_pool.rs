@@ -1,22 +1,22 @@
 //! A connection pool whose waiters queue as tasks, not as threads.
 //!
-//! diesel's connections block, so every database call runs on a blocking thread. Started
-//! straight away, a call that finds every connection taken parks its thread in the pool's
-//! wait: a burst of ten thousand long-polls, each reading once before it waits, started some
-//! five hundred threads for eight connections (tokio starts up to 512 per runtime), each with
-//! its stack and its share of the allocator's memory. Here a call first takes a permit, on
-//! the async side and in arrival order, and only then gets a thread. There are as many
-//! permits as connections, so the gate is the only queue: a call with a permit usually finds a
-//! connection free. Not always: the pool replaces a connection that broke (the database
-//! restarted, say) or reached its lifetime, and until it has, a call waits in the pool's own
-//! wait, which does not queue (a thread it wakes for a connection given back can lose it to
-//! one that just arrived). So it must not be where calls line up; only the calls that hold
-//! permits in those moments wait there, each for the pool's `connection_timeout` at most
-//! from when it got its permit: however busy the pool, a call that keeps losing there
-//! answers unavailable rather than waiting on for as long as the others keep winning. Everything that uses the pool goes through the gate,
-//! the announcer too. Twice as many permits, with the calls past the pool's size waiting in
-//! the pool, served one call nineteen places late in a test, and in a PostgreSQL receipt
-//! storm a second queue behind the gate cost more at p99 than the thread hop it saved.
+//! diesel's connections block, so every database call runs on a blocking thread. Started straight
+//! away, a call that finds every connection taken parks its thread in the pool's wait: a burst of
+//! ten thousand long-polls, each reading once before it waits, started some five hundred threads
+//! for eight connections (tokio starts up to 512 per runtime), each with its stack and its share of
+//! the allocator's memory. Here a call first takes a permit, on the async side and in arrival
+//! order, and only then gets a thread. There are as many permits as connections, so the gate is the
+//! only queue: a call with a permit usually finds a connection free. Not always: the pool replaces
+//! a connection that broke (the database restarted, say) or reached its lifetime, and until it has,
+//! a call waits in the pool's own wait, which does not queue (a thread it wakes for a connection
+//! given back can lose it to one that just arrived). So it must not be where calls line up; only
+//! the calls that hold permits in those moments wait there, each for the pool's
+//! `connection_timeout` at most from when it got its permit: however busy the pool, a call that
+//! keeps losing there answers unavailable rather than waiting on for as long as the others keep
+//! winning. Everything that uses the pool goes through the gate, the announcer too. Twice as many
+//! permits, with the calls past the pool's size waiting in the pool, served one call nineteen
+//! places late in a test, and in a PostgreSQL receipt storm a second queue behind the gate cost
+//! more at p99 than the thread hop it saved.
 //!
 //! How long a call waits: a pool that neither hands a connection out nor gets one back for
 //! the pool's `connection_timeout` is stuck (the database is down, or every connection is

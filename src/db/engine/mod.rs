@@ -14,6 +14,7 @@ pub(super) mod pool;
 pub(super) mod proven_connection;
 pub mod publish;
 pub mod raw_sql;
+pub mod row_locks;
 pub mod shared_commits;
 mod sql_types;
 pub(super) mod storage;

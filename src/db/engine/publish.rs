@@ -56,9 +56,9 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The feed clock's value, as a statement reading or moving it returns it.
 #[derive(QueryableByName)]
-pub struct ClockValue {
+pub(in crate::db) struct ClockValue {
     #[diesel(sql_type = BigInt)]
-    pub published: i64,
+    pub(in crate::db) published: i64,
 }
 
 /// Which feeds hold rows waiting for a position.
@@ -259,9 +259,9 @@ fn run_round_notifying_only(conn: &mut AnyConnection, payloads: Vec<String>) -> 
 static PUBLISH_ROUND: LazyLock<String> = LazyLock::new(|| round_text(false));
 
 /// The round on Citus, where a reader trusts only the positions below the clock it sees (see
-/// [`crate::db::read_models::changes::current_watermark`]): the clock also moves when the last publication
-/// stamped rows, though nothing is pending now, which closes it. [`publish_round`] closes a
-/// publication at once; this catches one left open by an instance that stopped in between.
+/// [`crate::db::read_models::changes::current_watermark`]): the clock also moves when the last
+/// publication stamped rows, though nothing is pending now, which closes it. [`publish_round`]
+/// closes a publication at once; this catches one left open by an instance that stopped in between.
 static PUBLISH_AND_CLOSE_ROUND: LazyLock<String> = LazyLock::new(|| round_text(true));
 
 /// The text of a round. `sent` is selected only so that the `notified` clause runs

@@ -316,10 +316,10 @@ impl RawSql {
         RunQueryDsl::execute(self, conn)
     }
 
-    /// Runs `writes` (statements run for their effect) and then this query. On PostgreSQL
-    /// that is one statement, one round trip: each write a data-modifying `WITH` clause. On
-    /// SQLite, which has none, and on Citus, the writes run one by one first. The query must not read
-    /// what the writes write: in one PostgreSQL statement it would not see it.
+    /// Runs `writes` (statements run for their effect) and then this query. On PostgreSQL that is
+    /// one statement, one round trip: each write a data-modifying `WITH` clause. On SQLite, which
+    /// has none, and on Citus, the writes run one by one first. The query must not read what the
+    /// writes write: in one PostgreSQL statement it would not see it.
     pub fn load_after<R>(self, writes: Vec<RawSql>, conn: &mut AnyConnection) -> QueryResult<Vec<R>>
     where
         R: QueryableByName<MultiBackend> + 'static,

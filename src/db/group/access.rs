@@ -7,6 +7,7 @@ use diesel::prelude::*;
 
 use crate::db::engine::distribution::on_citus;
 use crate::db::engine::raw_sql::{RawSql, Value};
+use crate::db::engine::row_locks::{group_by_group, Busy};
 use crate::db::models::{GroupRow, MemberRow};
 use crate::db::AnyConnection;
 use crate::domain::refusal::Refusal;
@@ -226,25 +227,6 @@ fn lock_pairs(by_group: &BTreeMap<i64, Vec<&str>>, skip: &str) -> RawSql {
         .keep_prepared()
 }
 
-/// One statement of one query per group, each naming its group (so that on Citus each runs
-/// on its group's shard; a lock over several shards is refused): one `WITH` clause each, run
-/// in group order, their rows together. `query_of` appends one group's query.
-pub(in crate::db) fn group_by_group(
-    by_group: &BTreeMap<i64, Vec<&str>>,
-    query_of: impl Fn(RawSql, i64, &[&str]) -> RawSql,
-) -> RawSql {
-    let mut query = RawSql::default();
-    for (n, (group_id, keys)) in by_group.iter().enumerate() {
-        let opening = if n == 0 { "WITH" } else { "," };
-        query = query.sql(&format!("{opening} locked{n} AS ("));
-        query = query_of(query, *group_id, keys).sql(")");
-    }
-    let union: Vec<String> = (0..by_group.len())
-        .map(|n| format!("SELECT * FROM locked{n}"))
-        .collect();
-    query.sql(&format!(" {}", union.join(" UNION ALL ")))
-}
-
 /// Tells, for each pair the locking query did not find, why: a row held when not waiting
 /// (`busy`), or a refusal, looked up once more without a lock.
 fn settle_missing(
@@ -281,15 +263,6 @@ fn settle_missing(
         }
     }
     Ok(LockedMemberships { found, busy: held })
-}
-
-/// What a locking read does with a row another transaction holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Busy {
-    /// Waits for it.
-    Wait,
-    /// Leaves it out.
-    Skip,
 }
 
 /// The group and the user's membership, found in one query; a refusal when the group does not

@@ -1,5 +1,5 @@
-//! The receipt change feed's rows: which ranges of a group's messages may have new receipt
-//! counts, for senders' long-polls (the counts themselves: [`crate::db::read_models::receipt_counts`]).
+//! The receipt change feed's rows: which ranges of a group's messages may have new receipt counts,
+//! for senders' long-polls (the counts themselves: [`crate::db::read_models::receipt_counts`]).
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;

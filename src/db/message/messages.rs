@@ -148,13 +148,14 @@ pub fn send_entries(
         };
         return Ok(sends.iter().map(|_| no_group()).collect());
     };
+    let sent_before = find_sent(conn, group_id, sends)?;
     // Taken once the group's row lock is held, so a group's entries are stamped in id order.
     let now = now_utc();
     let decided = decide_entries(
         conn,
         group_id,
         sends,
-        &memberships,
+        (&memberships, sent_before),
         locked.last_msg_id,
         (now, windows),
     )?;
@@ -163,6 +164,9 @@ pub fn send_entries(
     }
     Ok(decided.answers)
 }
+
+/// The entries senders stored before, by (sender, `client_msg_id`): a repeat's original.
+type SentBefore = HashMap<(String, String), MessageRow>;
 
 /// What [`decide_entries`] decided: each entry's answer, the rows to store, and the group's
 /// last message id after them.
@@ -173,17 +177,17 @@ struct Decided<'s> {
 }
 
 /// Decides every entry before anything is written: a repeat gets its original, a refused
-/// entry its refusal and no id, each other entry the next id. `(now, windows)`: the time the
-/// entries are stamped with, and the change windows in force.
+/// entry its refusal and no id, each other entry the next id. `(memberships, sent_before)`:
+/// the senders' memberships as locked, and what they sent before by `client_msg_id`;
+/// `(now, windows)`: the time the entries are stamped with, and the change windows in force.
 fn decide_entries<'s>(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sends: &'s [NewEntry],
-    memberships: &HashMap<String, Membership>,
+    (memberships, mut sent_before): (&HashMap<String, Membership>, SentBefore),
     last_msg_id: i64,
     (now, windows): (NaiveDateTime, ChangeWindows),
 ) -> QueryResult<Decided<'s>> {
-    let mut sent_before = find_sent(conn, group_id, sends)?;
     let mut decided = Decided {
         answers: Vec::with_capacity(sends.len()),
         stored: Vec::new(),
@@ -334,7 +338,7 @@ fn find_sent(
     conn: &mut AnyConnection,
     group_id: GroupId,
     sends: &[NewEntry],
-) -> QueryResult<HashMap<(String, String), MessageRow>> {
+) -> QueryResult<SentBefore> {
     const COLUMNS: &str = "SELECT m.group_id, m.msg_id, m.kind, m.sender_id, m.client_msg_id, \
          m.content, m.created_at, m.target_msg_id, m.reply_to_msg_id, m.mention_all, m.ext, \
          m.detail, m.edited_at, m.retracted_at FROM ";

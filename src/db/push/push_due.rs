@@ -22,8 +22,7 @@ use diesel::sql_types::{BigInt, Text};
 
 use crate::db::engine::distribution::on_citus;
 use crate::db::engine::raw_sql::{RawSql, Value};
-use crate::db::group::access::Busy;
-use crate::db::group::members::lock_in_order;
+use crate::db::engine::row_locks::{lock_in_order, Busy};
 use crate::db::member_cursors::unread::unread_sql;
 use crate::db::AnyConnection;
 use crate::domain::GroupId;

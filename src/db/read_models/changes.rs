@@ -1,10 +1,10 @@
 //! Change feeds for long-polls: what was published between two watermarks.
 //!
 //! Each feed row carries the position publication stamped on it (`pos`, see
-//! [`crate::db::engine::publish`]): the feed clock's value at the publication that found it committed.
-//! Publications take turns, so what any reader sees published is a prefix of the clock. A
-//! [`Watermark`] is a clock value a reader has read up to: the changes between watermarks
-//! `from` and `to` are the rows with `from < pos <= to`, and none can appear there later.
+//! [`crate::db::engine::publish`]): the feed clock's value at the publication that found it
+//! committed. Publications take turns, so what any reader sees published is a prefix of the clock.
+//! A [`Watermark`] is a clock value a reader has read up to: the changes between watermarks `from`
+//! and `to` are the rows with `from < pos <= to`, and none can appear there later.
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable};
@@ -43,12 +43,12 @@ pub enum Feed {
 /// The newest watermark a reader may take: every change published at or below it is visible
 /// to the reader's next statement.
 ///
-/// On one node that is the clock's value. On Citus a publication commits node by node, so a
-/// reader may see the clock moved while the rows it stamped on another node are not visible
-/// yet. But each publication updates the clock on every node, and so waits there for the one
-/// before it to commit: a reader that sees value `c` anywhere knows publication `c - 1`
-/// committed everywhere. It reads up to `c - 1`; the publication after a busy one closes it
-/// (see [`crate::db::engine::publish`]), so a change never waits for the next write to become readable.
+/// On one node that is the clock's value. On Citus a publication commits node by node, so a reader
+/// may see the clock moved while the rows it stamped on another node are not visible yet. But each
+/// publication updates the clock on every node, and so waits there for the one before it to commit:
+/// a reader that sees value `c` anywhere knows publication `c - 1` committed everywhere. It reads
+/// up to `c - 1`; the publication after a busy one closes it (see [`crate::db::engine::publish`]),
+/// so a change never waits for the next write to become readable.
 pub fn current_watermark(conn: &mut AnyConnection) -> QueryResult<Watermark> {
     // Every long-poll without a cursor starts here, so the statement stays prepared.
     let rows: Vec<ClockValue> = RawSql::default()
@@ -267,10 +267,10 @@ fn changed_groups_query(
         .keep_prepared()
 }
 
-/// Messages sent by `sender_id` whose receipts changed (published) after `from` and by `end` (someone
-/// else acked a range covering them), ordered by (group, msg), after `after`. Only messages the
-/// sender may still see: in groups they belong to, sent since they (last) joined. Returns the
-/// watermark that ends the window with them.
+/// Messages sent by `sender_id` whose receipts changed (published) after `from` and by `end`
+/// (someone else acked a range covering them), ordered by (group, msg), after `after`. Only
+/// messages the sender may still see: in groups they belong to, sent since they (last) joined.
+/// Returns the watermark that ends the window with them.
 pub fn changed_receipts(
     conn: &mut AnyConnection,
     sender_id: &str,

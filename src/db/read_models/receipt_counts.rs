@@ -8,9 +8,9 @@
 //! The audience of `m` is the members who joined before it (`joined_after_msg_id < m`) and
 //! are still members, minus its sender.
 //!
-//! A member's cursors start where they joined and never go back, so every member who joined
-//! after `m` also has both cursors at or above `m`. That turns each count into differences of
-//! "how many members have this cursor at or above `m`", which [`crate::db::member_cursors::cursor_counts`], a
+//! A member's cursors start where they joined and never go back, so every member who joined after
+//! `m` also has both cursors at or above `m`. That turns each count into differences of "how many
+//! members have this cursor at or above `m`", which [`crate::db::member_cursors::cursor_counts`], a
 //! histogram of the cursors kept by the statements that move them, answers from a few rows.
 
 use diesel::connection::SimpleConnection;
