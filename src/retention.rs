@@ -13,7 +13,7 @@ use crate::db::group::member_events::delete_member_events_before;
 use crate::db::member_cursors::receipts::delete_changes_before;
 use crate::db::message::messages::delete_messages_before;
 use crate::db::{AnyConnection, Db, DbError};
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
 
 const BATCH: i64 = 1000;
 /// Longest a writing transaction may be in flight. Receipt changes are kept this much longer

@@ -19,15 +19,16 @@ use crate::db::message::shared_sends::SharedSends;
 use crate::db::{self, Db, DbSettings, Engine};
 use crate::feeds::position::CursorSigner;
 use crate::metrics::{self, Metrics};
-use crate::notify::{self, Notifier, WaiterLimits};
 use crate::push::{self, PushConfig, PushJob};
 use crate::redact::redact_url;
 use crate::retention::{self, RetentionPolicy};
+use crate::wake_ups::listener::run_pg_listeners;
+use crate::wake_ups::waiters::{WaiterLimits, Waiters};
 
 pub struct Application {
     port: u16,
     server: Server,
-    notifier: Arc<Notifier>,
+    waiters: Arc<Waiters>,
 }
 
 impl Application {
@@ -37,20 +38,20 @@ impl Application {
         // First: a wrong push setting is the operator's to fix before anything else happens.
         let push = PushConfig::from_settings(settings)?;
         let db_settings = settings.db_settings()?;
-        let notifier = Notifier::new(WaiterLimits {
+        let waiters = Waiters::new(WaiterLimits {
             per_user: settings.longpoll_max_per_user,
             total: settings.longpoll_max_total,
         });
-        let db = open_database(&db_settings)?.waking(notifier.clone(), settings.announce_wakes);
+        let db = open_database(&db_settings)?.waking(waiters.clone(), settings.announce_wakes);
         let (keys, cursors) = signing_keys(settings)?;
         let listener = TcpListener::bind(&settings.bind).map_err(|e| {
             anyhow::anyhow!("cannot listen on {} (CHORUS_BIND): {e}", settings.bind)
         })?;
         let port = listener.local_addr()?.port();
         let metrics = web::Data::new(Metrics::new()?);
-        spawn_background_jobs(settings, &db_settings, &db, &notifier);
+        spawn_background_jobs(settings, &db_settings, &db, &waiters);
         if let Some(push) = push {
-            spawn_push_job(push, &db, &metrics, &notifier)?;
+            spawn_push_job(push, &db, &metrics, &waiters)?;
         }
         let shared_sends = SharedSends::new(db.clone(), settings.send_batch as usize);
         let shared_acks = SharedAcks::new(db.clone(), settings.ack_batch as usize);
@@ -61,7 +62,7 @@ impl Application {
             keys,
             metrics,
             cursors,
-            notifier: notifier.clone(),
+            waiters: waiters.clone(),
             longpoll: LongPollSettings {
                 retention_secs: settings.receipt_retention_secs,
             },
@@ -78,7 +79,7 @@ impl Application {
         Ok(Application {
             port,
             server,
-            notifier,
+            waiters,
         })
     }
 
@@ -90,7 +91,7 @@ impl Application {
     pub fn stopper(&self) -> Stopper {
         Stopper {
             handle: self.server.handle(),
-            notifier: self.notifier.clone(),
+            waiters: self.waiters.clone(),
         }
     }
 
@@ -142,13 +143,10 @@ fn spawn_background_jobs(
     settings: &Settings,
     db_settings: &DbSettings,
     db: &Db,
-    notifier: &Arc<Notifier>,
+    waiters: &Arc<Waiters>,
 ) {
     if db.engine() == Engine::Postgres {
-        tokio::spawn(notify::run_pg_listeners(
-            db_settings.url.clone(),
-            notifier.clone(),
-        ));
+        tokio::spawn(run_pg_listeners(db_settings.url.clone(), waiters.clone()));
         tokio::spawn(cursor_folding::run(db.clone()));
     }
     let policy = RetentionPolicy {
@@ -168,10 +166,10 @@ fn spawn_push_job(
     config: PushConfig,
     db: &Db,
     metrics: &Metrics,
-    notifier: &Notifier,
+    waiters: &Waiters,
 ) -> anyhow::Result<()> {
     tracing::info!(url = %redact_url(config.url.as_str()), "push notifications on");
-    let instance = notifier.instance_id().to_owned();
+    let instance = waiters.instance_id().to_owned();
     let job = PushJob::new(db.clone(), config, metrics.push.clone(), instance)
         .map_err(|e| anyhow::anyhow!("cannot build the HTTP client for CHORUS_PUSH_URL: {e}"))?;
     tokio::spawn(push::run(job));
@@ -190,13 +188,13 @@ pub fn load_keys(settings: &Settings) -> anyhow::Result<TokenKeys> {
 #[derive(Clone)]
 pub struct Stopper {
     handle: ServerHandle,
-    notifier: Arc<Notifier>,
+    waiters: Arc<Waiters>,
 }
 
 impl Stopper {
     /// Answers waiting long-polls, then stops accepting and lets in-flight requests finish.
     pub async fn stop(self) {
-        self.notifier.begin_shutdown();
+        self.waiters.begin_shutdown();
         self.handle.stop(true).await;
     }
 }

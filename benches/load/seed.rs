@@ -10,7 +10,7 @@ use chorus::db::message::messages::{Author, MessageDraft, SendOutcome, UserEntry
 use chorus::db::AnyConnection;
 use chorus::domain::MsgId;
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
-use chorus::wake::Wakes;
+use chorus::wake_ups::events::Wakes;
 use diesel::prelude::*;
 
 use crate::support::scratch_db::analyze;

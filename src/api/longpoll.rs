@@ -18,7 +18,7 @@ use crate::domain::parse_limit;
 use crate::feeds::page::Page;
 use crate::feeds::position::FeedPosition;
 use crate::feeds::wait::{starting_position, wait_for_changes, Fetch, PollError, Poller};
-use crate::notify::WaitRefused;
+use crate::wake_ups::waiters::WaitRefused;
 
 #[derive(Deserialize)]
 pub struct PollQuery {
@@ -53,7 +53,7 @@ pub async fn long_poll<T: Send + 'static>(
     };
     wait_for_changes(
         &state.db,
-        &state.notifier,
+        &state.waiters,
         poller,
         cursor,
         limit,

@@ -20,7 +20,7 @@ pub async fn openapi_spec() -> HttpResponse {
 /// Prometheus metrics in the text exposition format.
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let body = state.metrics.render(Readings {
-        waiting_polls: state.notifier.waiting(),
+        waiting_polls: state.waiters.waiting(),
         pool: state.db.pool_state(),
         calls_waiting: state.db.calls_waiting(),
         commits: state.db.commit_counts(),

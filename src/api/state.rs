@@ -12,7 +12,7 @@ use crate::db::message::shared_sends::SharedSends;
 use crate::db::Db;
 use crate::feeds::position::CursorSigner;
 use crate::metrics::Metrics;
-use crate::notify::Notifier;
+use crate::wake_ups::waiters::Waiters;
 
 pub struct AppState {
     pub db: Db,
@@ -24,7 +24,7 @@ pub struct AppState {
     /// Also registered on its own, so the metrics middleware needs nothing from `api`.
     pub metrics: web::Data<Metrics>,
     pub cursors: CursorSigner,
-    pub notifier: Arc<Notifier>,
+    pub waiters: Arc<Waiters>,
     pub longpoll: LongPollSettings,
     /// How long after sending a message its sender may recall or edit it.
     pub change_windows: ChangeWindows,

@@ -15,8 +15,8 @@ use super::position::FeedPosition;
 use crate::db::group::user_groups::group_ids_of;
 use crate::db::read_models::changes::{current_watermark, Feed};
 use crate::db::{AnyConnection, Db, DbError};
-use crate::notify::{Notifier, Registration, WaitRefused};
-use crate::wake::WakeEvent;
+use crate::wake_ups::events::WakeEvent;
+use crate::wake_ups::waiters::{Registration, WaitRefused, Waiters};
 
 /// How long a poll waits, before its first read, for this instance's committed writes to be
 /// published: a client that wrote through this instance and then polls sees its own write
@@ -56,7 +56,7 @@ pub async fn starting_position(db: &Db, feed: Feed) -> Result<FeedPosition, DbEr
 /// A timeout answers with no items and the position the reads reached.
 pub async fn wait_for_changes<C, T>(
     db: &Db,
-    notifier: &Arc<Notifier>,
+    waiters: &Arc<Waiters>,
     poller: Poller<'_, C>,
     mut cursor: FeedPosition,
     limit: i64,
@@ -68,10 +68,10 @@ where
     T: Send + 'static,
 {
     let deadline = tokio::time::Instant::now() + timeout;
-    let done = || timeout.is_zero() || notifier.is_shutting_down();
+    let done = || timeout.is_zero() || waiters.is_shutting_down();
     db.writes_published(CATCH_UP).await;
     let (mut registration, first) =
-        register_and_read(db, notifier, &poller, cursor.clone(), limit, fetch).await?;
+        register_and_read(db, waiters, &poller, cursor.clone(), limit, fetch).await?;
     let mut read: Result<Page<T>, DbError> = Ok(first);
     loop {
         match read {
@@ -95,7 +95,7 @@ where
             // The old registration goes first: it counts against the user's waiters.
             drop(registration);
             let (again, page) =
-                register_and_read(db, notifier, &poller, cursor.clone(), limit, fetch).await?;
+                register_and_read(db, waiters, &poller, cursor.clone(), limit, fetch).await?;
             registration = again;
             Ok(page)
         } else {
@@ -111,7 +111,7 @@ where
 /// commits after the read still wakes the waiter.
 async fn register_and_read<C, T>(
     db: &Db,
-    notifier: &Arc<Notifier>,
+    waiters: &Arc<Waiters>,
     poller: &Poller<'_, C>,
     cursor: FeedPosition,
     limit: i64,
@@ -122,7 +122,7 @@ where
     T: Send + 'static,
 {
     let (user_id, caller) = (poller.user_id.to_owned(), poller.caller.clone());
-    let registry = Arc::clone(notifier);
+    let registry = Arc::clone(waiters);
     let feed = cursor.feed;
     let registered = db
         .read(move |conn| {

@@ -20,7 +20,7 @@ use crate::db::models::MemberRow;
 use crate::db::push::push_due::{lock_badges, note_reads_on_devices};
 use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
-use crate::wake::{WakeEvent, Wakes};
+use crate::wake_ups::events::{WakeEvent, Wakes};
 
 #[derive(Debug, Clone, Copy)]
 pub struct AckRequest {

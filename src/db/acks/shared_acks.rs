@@ -22,7 +22,7 @@ use crate::db::engine::error::DbError;
 use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
 
 use crate::db::AnyConnection;
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
 
 /// How many transactions of acks one instance runs at once. Each lane's transactions run one
 /// after another on one connection, so lanes let PostgreSQL use more than one core for acks

@@ -12,8 +12,8 @@ use super::gated_pool::GatedPool;
 use super::publish::{publish_now, Publisher};
 use super::storage::StorageAlarm;
 use super::write_lane::{CommitCounters, WriteLane};
-use crate::notify::Notifier;
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
+use crate::wake_ups::waiters::Waiters;
 
 pub use super::gated_pool::Pool;
 
@@ -32,7 +32,7 @@ pub struct Db {
     lane: Option<WriteLane>,
     commits: Arc<CommitCounters>,
     /// Who hears of committed writes in this process; None for tools that serve no polls.
-    notifier: Option<Arc<Notifier>>,
+    waiters: Option<Arc<Waiters>>,
     /// How writes publish their feed positions and wake-ups.
     publish: Publish,
     /// Says in the log when writes start and stop being refused for lack of space.
@@ -55,7 +55,7 @@ enum Publish {
     ByPublisher(Arc<Publisher>),
 }
 
-/// The instance name a write without a notifier publishes under (tools, seeding): every
+/// The instance name a write without a registry of waiters publishes under (tools, seeding): every
 /// serving instance treats it as another instance's.
 const TOOL_INSTANCE: &str = "tool";
 
@@ -93,7 +93,7 @@ impl Db {
                     publishing: None,
                     lane: Some(lane),
                     commits,
-                    notifier: None,
+                    waiters: None,
                     publish: Publish::InBatch,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
@@ -111,7 +111,7 @@ impl Db {
                     publishing: Some(build(1)?),
                     lane: None,
                     commits,
-                    notifier: None,
+                    waiters: None,
                     publish: Publish::AfterCommit,
                     storage: Arc::default(),
                     shared_commits: settings.shared_commits,
@@ -125,18 +125,18 @@ impl Db {
     /// PostgreSQL, writes published by one task (see [`Publisher`]). `announce: false` is for
     /// tests only: an instance whose wake-ups never reach other instances, as when it dies
     /// between its commits and their publication (its writes are still published).
-    pub fn waking(self, notifier: Arc<Notifier>, announce: bool) -> Db {
+    pub fn waking(self, waiters: Arc<Waiters>, announce: bool) -> Db {
         let publish = match &self.publishing {
             Some(connection) => {
-                let instance = notifier.instance_id().to_owned();
+                let instance = waiters.instance_id().to_owned();
                 let publisher =
-                    Publisher::start(connection.clone(), instance, announce, notifier.clone());
+                    Publisher::start(connection.clone(), instance, announce, waiters.clone());
                 Publish::ByPublisher(publisher)
             }
             None => self.publish,
         };
         Db {
-            notifier: Some(notifier),
+            waiters: Some(waiters),
             publish,
             ..self
         }
@@ -185,7 +185,7 @@ impl Db {
         R: Send + 'static,
     {
         let instance = self
-            .notifier
+            .waiters
             .as_ref()
             .map_or(TOOL_INSTANCE.to_owned(), |n| n.instance_id().to_owned());
         let work = move |conn: &mut AnyConnection| {
@@ -309,7 +309,7 @@ impl Db {
     /// Whether writes that arrive together share transactions ([`Db::write_shared`]):
     /// serving (tools write alone), with the setting on.
     pub fn shares_commits(&self) -> bool {
-        let serving = self.notifier.is_some();
+        let serving = self.waiters.is_some();
         serving && self.shared_commits
     }
 
@@ -317,7 +317,7 @@ impl Db {
     /// publishes the write and then wakes; or, where the write is already published (SQLite's
     /// batch), this process's waiters woken at once.
     fn on_commit(&self) -> impl Fn(&Wakes) + Send + 'static {
-        let notifier = self.notifier.clone();
+        let waiters = self.waiters.clone();
         let publisher = match &self.publish {
             Publish::ByPublisher(publisher) => Some(publisher.clone()),
             Publish::InBatch | Publish::AfterCommit => None,
@@ -326,9 +326,9 @@ impl Db {
             if let Some(publisher) = &publisher {
                 return publisher.queue(wakes);
             }
-            if let Some(notifier) = &notifier {
+            if let Some(waiters) = &waiters {
                 for event in wakes.events() {
-                    notifier.wake(event);
+                    waiters.wake(event);
                 }
             }
         }

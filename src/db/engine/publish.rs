@@ -43,8 +43,8 @@ use super::distribution::on_citus;
 use super::error::DbError;
 use super::gated_pool::GatedPool;
 use super::raw_sql::RawSql;
-use crate::notify::Notifier;
-use crate::wake::{WakeEvent, Wakes, CHANNEL};
+use crate::wake_ups::events::{WakeEvent, Wakes, CHANNEL};
+use crate::wake_ups::waiters::Waiters;
 
 /// At most this many distinct events wait for the next round; more are dropped (the waiters
 /// for them answer at their timeout). Each is a few dozen bytes.
@@ -358,15 +358,15 @@ struct Round {
 
 impl Publisher {
     /// The publisher of the instance named `instance`, its task running on `pool`: it queues
-    /// for a connection like any other call. Woken waiters are `notifier`'s.
+    /// for a connection like any other call. The waiters it wakes are `waiters`.
     pub fn start(
         pool: GatedPool,
         instance: String,
         announce: bool,
-        notifier: Arc<Notifier>,
+        waiters: Arc<Waiters>,
     ) -> Arc<Publisher> {
         let publisher = Arc::new(Publisher::new(instance, announce));
-        tokio::spawn(publisher.clone().run(pool, notifier));
+        tokio::spawn(publisher.clone().run(pool, waiters));
         publisher
     }
 
@@ -437,7 +437,7 @@ impl Publisher {
         }
     }
 
-    async fn run(self: Arc<Self>, pool: GatedPool, notifier: Arc<Notifier>) {
+    async fn run(self: Arc<Self>, pool: GatedPool, waiters: Arc<Waiters>) {
         // Set while rounds fail (the pool busy, the database away): the round is kept and
         // tried again after RETRY_AFTER, and the log says so once per episode.
         let mut failing = false;
@@ -466,7 +466,7 @@ impl Publisher {
             let sent = pool
                 .run(move |conn| publish_round(conn, payloads, look))
                 .await;
-            failing = self.after_round(round, sent, failing, &notifier);
+            failing = self.after_round(round, sent, failing, &waiters);
         }
     }
 
@@ -489,7 +489,7 @@ impl Publisher {
         round: Round,
         sent: Result<(), DbError>,
         was_failing: bool,
-        notifier: &Notifier,
+        waiters: &Waiters,
     ) -> bool {
         match sent {
             Ok(()) => {
@@ -498,7 +498,7 @@ impl Publisher {
                     tracing::info!("writes are published again");
                 }
                 for event in &round.events {
-                    notifier.wake(event);
+                    waiters.wake(event);
                 }
                 false
             }

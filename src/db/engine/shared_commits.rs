@@ -40,7 +40,7 @@ use tokio::sync::oneshot;
 use super::connection::AnyConnection;
 use super::error::DbError;
 use super::pool::Db;
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
 
 /// One kind of write that shares transactions: what it queues, how a batch is chosen and how
 /// it is stored.

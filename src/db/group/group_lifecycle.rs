@@ -12,7 +12,7 @@ use crate::db::models::{now_utc, GroupRow, NewGroup, NewMember};
 use crate::db::AnyConnection;
 use crate::refuse_unless;
 use crate::schema::groups;
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
 
 /// Creates a group owned by `owner_id` with the given other members, if they fit under the
 /// cap `max_members` (the owner counts).

@@ -22,7 +22,7 @@ use crate::db::models::{now_utc, MemberRow, NewMember};
 use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::{group_members, groups};
-use crate::wake::{WakeEvent, Wakes};
+use crate::wake_ups::events::{WakeEvent, Wakes};
 use crate::{on_engine, refuse_unless};
 
 pub fn find_member(

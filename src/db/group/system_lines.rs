@@ -10,7 +10,7 @@ use super::groups::{allocate_msg_id, touch_activity};
 use crate::db::models::{now_utc, NewMessage};
 use crate::db::AnyConnection;
 use crate::schema::group_msgs;
-use crate::wake::{WakeEvent, Wakes};
+use crate::wake_ups::events::{WakeEvent, Wakes};
 
 /// How many of the users a membership line names; `user_count` says how many there were.
 pub const LISTED_USERS: usize = 100;

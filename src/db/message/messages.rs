@@ -21,7 +21,7 @@ use crate::db::models::{now_utc, MessageRow, NewMessage};
 use crate::db::AnyConnection;
 use crate::domain::{DeviceId, GroupId, MsgId};
 use crate::schema::{group_members, group_msgs, mentions};
-use crate::wake::{WakeEvent, Wakes};
+use crate::wake_ups::events::{WakeEvent, Wakes};
 use crate::{on_engine, refuse_unless};
 
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use crate::db::engine::shared_commits::{Answered, SharedCommits, SharedWork};
 
 use crate::db::AnyConnection;
 use crate::domain::GroupId;
-use crate::wake::Wakes;
+use crate::wake_ups::events::Wakes;
 
 /// The send queues of one instance, shared by all its workers.
 pub type SharedSends = SharedCommits<Sends>;
