@@ -8,7 +8,7 @@ use chorus::db::group::access::Checked;
 use chorus::db::message::message_changes::{Change, ChangeWindows};
 use chorus::db::message::messages::{Author, MessageDraft, SendOutcome, UserEntry};
 use chorus::db::AnyConnection;
-use chorus::domain::MsgId;
+use chorus::domain::{GroupId, MsgId};
 // Seeding writes straight through the db layer, outside any server: it wakes no one.
 use chorus::wake_ups::events::Wakes;
 use diesel::prelude::*;
@@ -71,7 +71,7 @@ fn seed_message(
     let mut wakes = Wakes::default();
     chorus::db::message::messages::send(
         conn,
-        group_id,
+        GroupId(group_id),
         author,
         client_msg_id,
         &entry,
@@ -158,7 +158,7 @@ pub fn seed_edits(conn: &mut AnyConnection, group_id: i64, sender: &str, count: 
                 let client_msg_id = format!("edit-{group_id}-{target}");
                 let outcome = chorus::db::message::messages::send(
                     conn,
-                    group_id,
+                    GroupId(group_id),
                     author,
                     &client_msg_id,
                     &entry,

@@ -5,6 +5,7 @@ use super::extract::AuthUser;
 use super::AppState;
 use crate::db::group::access::{member_of, Membership};
 use crate::db::AnyConnection;
+use crate::domain::GroupId;
 
 /// Checks membership and, for a member, runs `then` with the group and membership rows, all
 /// in one database call: a read endpoint costs one pooled connection and one trip to the
@@ -12,7 +13,7 @@ use crate::db::AnyConnection;
 /// group that does not exist 404.
 pub async fn read_as_member<T, F>(
     state: &AppState,
-    group_id: i64,
+    group_id: GroupId,
     user: &AuthUser,
     then: F,
 ) -> Result<(Membership, T), ApiError>

@@ -9,6 +9,7 @@ use super::json_body::JsonBody;
 use super::views::{AddedMembers, GroupView, MemberView, MembersPage};
 use super::{read_as_member, AppState};
 use crate::db::group::{group_lifecycle, members};
+use crate::domain::GroupId;
 use crate::domain::{parse_group_name, parse_limit, parse_user_ids, UserId};
 
 #[derive(Deserialize)]
@@ -44,7 +45,7 @@ pub async fn get_group(
     state: web::Data<AppState>,
     path: web::Path<(i64,)>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let (membership, ()) = read_as_member(&state, group_id, &user, |_, _| Ok(())).await?;
     Ok(HttpResponse::Ok().json(GroupView::from(membership.group)))
 }
@@ -63,7 +64,7 @@ pub async fn rename_group(
     path: web::Path<(i64,)>,
     body: JsonBody<RenameGroupBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let name = parse_group_name(&body.name)?;
     let actor = user.id().to_owned();
     let group = state
@@ -88,7 +89,7 @@ pub async fn list_members(
     path: web::Path<(i64,)>,
     query: web::Query<MembersQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let limit = parse_limit(query.limit)?;
     let after = match &query.cursor {
         Some(c) => Some(UserId::parse("cursor", c)?.as_str().to_owned()),
@@ -123,7 +124,7 @@ pub async fn add_members(
     path: web::Path<(i64,)>,
     body: JsonBody<AddMembersBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let user_ids = parse_user_ids("user_ids", &body.user_ids)?;
     if user_ids.is_empty() {
         return Err(ApiError::Validation("user_ids: must not be empty".into()));
@@ -151,7 +152,7 @@ pub async fn remove_member(
     state
         .db
         .write_checked(move |conn, wakes| {
-            members::remove_member(conn, group_id, &actor, target.as_str(), wakes)
+            members::remove_member(conn, GroupId(group_id), &actor, target.as_str(), wakes)
         })
         .await??;
     Ok(HttpResponse::NoContent().finish())

@@ -30,7 +30,7 @@ pub async fn send_message(
     path: web::Path<(i64,)>,
     body: JsonBody<SendMessageBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let (client_msg_id, entry) = body.parse()?;
     let entry = NewEntry {
         sender_id: user.id().to_owned(),
@@ -40,7 +40,7 @@ pub async fn send_message(
     };
     let (outcome, refs) = state
         .shared_sends
-        .send(GroupId(group_id), entry, state.change_windows)
+        .send(group_id, entry, state.change_windows)
         .await??;
     match outcome {
         SendOutcome::Created(row) => {
@@ -141,7 +141,7 @@ fn pull(
         HashMap::new()
     };
     Ok(Pulled {
-        refs: load_refs(conn, group_id, &rows)?,
+        refs: load_refs(conn, GroupId(group_id), &rows)?,
         rows,
         receipts,
         device_ack,
@@ -157,7 +157,7 @@ pub async fn list_messages(
     path: web::Path<(i64,)>,
     query: web::Query<ListMessagesQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let group_id = path.0;
+    let group_id = GroupId(path.0);
     let limit = parse_limit(query.limit)?;
     let start = query.start()?;
     let with_receipts = query.with_receipts.unwrap_or(false);
@@ -196,7 +196,7 @@ pub async fn list_messages(
         }
     }
     Ok(HttpResponse::Ok().json(MessagesPage {
-        group_id,
+        group_id: group_id.0,
         messages,
         has_more,
         last_msg_id,

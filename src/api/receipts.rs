@@ -35,6 +35,7 @@ pub async fn get_message_receipts(
     query: web::Query<ReceiptsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let (group_id, msg_id) = path.into_inner();
+    let group_id = GroupId(group_id);
     let limit = parse_limit(query.limit)?;
     let after = match &query.cursor {
         Some(c) => Some(UserId::parse("cursor", c)?),
@@ -42,8 +43,7 @@ pub async fn get_message_receipts(
     };
     let after_id = after.map(|a| a.as_str().to_owned());
     let (_, found) = read_as_member(&state, group_id, &user, move |conn, membership| {
-        let (group, msg) = (GroupId(group_id), MsgId(msg_id));
-        let message = match find_message(conn, group, msg)? {
+        let message = match find_message(conn, group_id, MsgId(msg_id))? {
             Some(m) => m,
             None => return Ok(Err(Refusal::NoMessage { group_id, msg_id })),
         };
@@ -52,7 +52,8 @@ pub async fn get_message_receipts(
         }
         let sender = message.sender_id.clone();
         let after = after_id.as_deref();
-        let (counts, page) = message_receipts(conn, group, msg, &sender, after, limit + 1)?;
+        let (counts, page) =
+            message_receipts(conn, group_id, MsgId(msg_id), &sender, after, limit + 1)?;
         Ok(Ok((message, counts, page)))
     })
     .await?;
@@ -64,7 +65,7 @@ pub async fn get_message_receipts(
         .flatten();
     let (read, unread): (Vec<_>, Vec<_>) = page.into_iter().partition(|(_, read)| *read);
     Ok(HttpResponse::Ok().json(MessageReceiptsView {
-        group_id,
+        group_id: group_id.0,
         msg_id,
         sender_id: message.sender_id.clone(),
         counts: counts.into(),
@@ -79,7 +80,7 @@ pub async fn get_message_receipts(
 /// they joined (others are not theirs to see at all), sent by them unless they own the group,
 /// and a message, not a change entry or a system line.
 fn may_see_receipts(member: &Membership, message: &MessageRow) -> Result<(), Refusal> {
-    let (group_id, msg_id) = (message.group_id, message.msg_id);
+    let (group_id, msg_id) = (GroupId(message.group_id), message.msg_id);
     if msg_id <= member.member.joined_after_msg_id {
         return Err(Refusal::NoMessage { group_id, msg_id });
     }

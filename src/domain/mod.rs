@@ -45,6 +45,19 @@ macro_rules! display_as_number {
 }
 display_as_number!(GroupId, MsgId);
 
+/// At the SQL edge an id is the number it wraps.
+impl From<GroupId> for i64 {
+    fn from(id: GroupId) -> i64 {
+        id.0
+    }
+}
+
+impl From<MsgId> for i64 {
+    fn from(id: MsgId) -> i64 {
+        id.0
+    }
+}
+
 /// A field failed validation; the message names the field and the rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError(pub String);

@@ -2,16 +2,17 @@
 //! (in `api::error`).
 
 use super::entries::EntryKind;
+use super::GroupId;
 
 /// Why a request about a group was refused. Decided inside the database call that reads the
 /// rows it depends on, answered by the handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     NoGroup {
-        group_id: i64,
+        group_id: GroupId,
     },
     NotMember {
-        group_id: i64,
+        group_id: GroupId,
     },
     /// Something only the group's owner may do; the text says what.
     OwnerOnly(&'static str),
@@ -25,7 +26,7 @@ pub enum Refusal {
         max: i64,
     },
     NoMessage {
-        group_id: i64,
+        group_id: GroupId,
         msg_id: i64,
     },
     ReceiptsOfOthers,
@@ -38,7 +39,7 @@ pub enum Refusal {
     /// before the caller joined.
     NoSuchEntry {
         field: &'static str,
-        group_id: i64,
+        group_id: GroupId,
         msg_id: i64,
     },
     /// The entry a field names is not a message (a change entry or a system line).
@@ -67,7 +68,7 @@ pub enum Refusal {
         user_id: String,
     },
     AckBeyondLastMessage {
-        group_id: i64,
+        group_id: GroupId,
         requested: i64,
         last_msg_id: i64,
     },

@@ -15,6 +15,7 @@ use super::position::FeedPosition;
 use crate::db::group::user_groups::group_ids_of;
 use crate::db::read_models::changes::{current_watermark, Feed};
 use crate::db::{AnyConnection, Db, DbError};
+use crate::domain::GroupId;
 use crate::wake_ups::events::WakeEvent;
 use crate::wake_ups::waiters::{Registration, WaitRefused, Waiters};
 
@@ -144,8 +145,8 @@ fn wake_keys(feed: Feed, user_id: &str, groups: Vec<i64>) -> Vec<WakeEvent> {
     let mut keys: Vec<WakeEvent> = groups
         .into_iter()
         .map(|g| match feed {
-            Feed::Messages => WakeEvent::MessageSent(g),
-            Feed::Receipts => WakeEvent::CursorMoved(g),
+            Feed::Messages => WakeEvent::MessageSent(GroupId(g)),
+            Feed::Receipts => WakeEvent::CursorMoved(GroupId(g)),
         })
         .collect();
     keys.push(WakeEvent::MembershipChanged(user.clone()));

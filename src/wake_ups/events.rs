@@ -7,13 +7,15 @@
 //! cares about, and a write records the events it causes in [`Wakes`]; the database layer
 //! announces them to other instances and wakes this process's waiters once it commits.
 
+use crate::domain::GroupId;
+
 /// Something changed that long-polls may be waiting for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum WakeEvent {
     /// A message was stored in the group: `/v1/sync` pollers among its members.
-    MessageSent(i64),
+    MessageSent(GroupId),
     /// A member's cursor moved in the group: `/v1/receipts` pollers among its senders.
-    CursorMoved(i64),
+    CursorMoved(GroupId),
     /// The user joined or left a group: their pollers re-read their group list.
     MembershipChanged(String),
     /// The user's read cursor moved in some group: their other devices' `/v1/sync` pollers.
@@ -44,8 +46,8 @@ impl Wakes {
 
     /// The write added feed rows in the group (for the events that name a user, not the
     /// group: member events).
-    pub fn feed_rows_in(&mut self, group_id: i64) {
-        self.feed_groups.push(group_id);
+    pub fn feed_rows_in(&mut self, group_id: GroupId) {
+        self.feed_groups.push(group_id.0);
     }
 
     pub fn events(&self) -> &[WakeEvent] {
@@ -79,8 +81,8 @@ impl WakeEvent {
         let kind = parts.next()?;
         let id = parts.next()?;
         let event = match kind {
-            "m" => WakeEvent::MessageSent(id.parse().ok()?),
-            "r" => WakeEvent::CursorMoved(id.parse().ok()?),
+            "m" => WakeEvent::MessageSent(GroupId(id.parse().ok()?)),
+            "r" => WakeEvent::CursorMoved(GroupId(id.parse().ok()?)),
             "u" => WakeEvent::MembershipChanged(id.to_owned()),
             "v" => WakeEvent::ReadMoved(id.to_owned()),
             _ => return None,
@@ -96,11 +98,11 @@ mod tests {
     #[test]
     fn a_message_or_a_cursor_move_names_its_group_for_publication_and_a_user_event_does_not() {
         let mut wakes = Wakes::default();
-        wakes.record(WakeEvent::MessageSent(3));
-        wakes.record(WakeEvent::CursorMoved(4));
+        wakes.record(WakeEvent::MessageSent(GroupId(3)));
+        wakes.record(WakeEvent::CursorMoved(GroupId(4)));
         wakes.record(WakeEvent::ReadMoved("bob".into()));
         assert_eq!(wakes.feed_groups(), [3, 4]);
-        wakes.feed_rows_in(5);
+        wakes.feed_rows_in(GroupId(5));
         assert_eq!(wakes.feed_groups(), [3, 4, 5]);
         assert_eq!(wakes.events().len(), 3);
     }
@@ -108,8 +110,8 @@ mod tests {
     #[test]
     fn events_round_trip_through_their_payload() {
         for event in [
-            WakeEvent::MessageSent(7),
-            WakeEvent::CursorMoved(9),
+            WakeEvent::MessageSent(GroupId(7)),
+            WakeEvent::CursorMoved(GroupId(9)),
             WakeEvent::MembershipChanged("alice@x".into()),
             WakeEvent::ReadMoved("bob".into()),
         ] {

@@ -225,6 +225,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::domain::GroupId;
 
     fn waiters(per_user: usize, total: usize) -> Arc<Waiters> {
         Waiters::new(WaiterLimits { per_user, total })
@@ -234,10 +235,10 @@ mod tests {
     async fn wake_before_wait_is_not_lost() {
         let n = waiters(4, 10);
         let reg = n
-            .register("alice", vec![WakeEvent::MessageSent(1)])
+            .register("alice", vec![WakeEvent::MessageSent(GroupId(1))])
             .unwrap();
 
-        n.wake(&WakeEvent::MessageSent(1));
+        n.wake(&WakeEvent::MessageSent(GroupId(1)));
 
         tokio::time::timeout(Duration::from_secs(1), reg.woken())
             .await
@@ -247,10 +248,12 @@ mod tests {
     #[tokio::test]
     async fn wake_reaches_only_matching_keys() {
         let n = waiters(4, 10);
-        let other = n.register("bob", vec![WakeEvent::MessageSent(2)]).unwrap();
+        let other = n
+            .register("bob", vec![WakeEvent::MessageSent(GroupId(2))])
+            .unwrap();
 
-        n.wake(&WakeEvent::MessageSent(1));
-        n.wake(&WakeEvent::CursorMoved(2));
+        n.wake(&WakeEvent::MessageSent(GroupId(1)));
+        n.wake(&WakeEvent::CursorMoved(GroupId(2)));
 
         let waited = tokio::time::timeout(Duration::from_millis(50), other.woken()).await;
         assert!(waited.is_err(), "no event for group 2's messages happened");
@@ -277,12 +280,14 @@ mod tests {
     #[test]
     fn own_notifications_are_skipped_and_others_wake() {
         let n = waiters(4, 10);
-        let reg = n.register("a", vec![WakeEvent::CursorMoved(5)]).unwrap();
-        n.handle_remote(&WakeEvent::CursorMoved(5).encode(n.instance_id()));
+        let reg = n
+            .register("a", vec![WakeEvent::CursorMoved(GroupId(5))])
+            .unwrap();
+        n.handle_remote(&WakeEvent::CursorMoved(GroupId(5)).encode(n.instance_id()));
         assert_eq!(Arc::strong_count(&reg.notify), 2);
         let woken = futures_ready(&reg);
         assert!(!woken, "own event was already delivered in process");
-        n.handle_remote(&WakeEvent::CursorMoved(5).encode("other"));
+        n.handle_remote(&WakeEvent::CursorMoved(GroupId(5)).encode("other"));
         assert!(futures_ready(&reg));
     }
 

@@ -425,7 +425,7 @@ fn decide_refusals(
         let refusal = match found.get(&key) {
             // Every membership of every request is in the first round.
             None => Some(Refusal::NoGroup {
-                group_id: entry.ack.group_id,
+                group_id: GroupId(entry.ack.group_id),
             }),
             Some(Err(refusal)) => Some(refusal.clone()),
             Some(Ok(membership)) => targets(&entry.ack, membership).err(),
@@ -499,7 +499,7 @@ fn targets(request: &AckRequest, membership: &Membership) -> Result<(i64, i64), 
     let last_msg_id = membership.group.last_msg_id;
     if ack_to > last_msg_id {
         return Err(Refusal::AckBeyondLastMessage {
-            group_id: request.group_id,
+            group_id: GroupId(request.group_id),
             requested: ack_to,
             last_msg_id,
         });
@@ -547,7 +547,7 @@ fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) ->
             delivered: plan.delivered_after,
             ..was
         };
-        cursor_moves.moved(plan.state.group_id, was, now);
+        cursor_moves.moved(GroupId(plan.state.group_id), was, now);
     }
     // Receipts of messages after the old read cursor, up to the new delivered one, may have
     // changed: one row for the whole range, however many messages it covers.
@@ -562,8 +562,8 @@ fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) ->
         .collect();
     let mut statements = cursor_moves.statements(conn);
     statements.extend(changes_statements(&changes));
-    for (_, group_id, _, _) in &changes {
-        wakes.record(WakeEvent::CursorMoved(group_id.0));
+    for &(_, group_id, _, _) in &changes {
+        wakes.record(WakeEvent::CursorMoved(group_id));
     }
     let reads: Vec<(i64, &str, Option<&DeviceId>)> = plans
         .iter()
@@ -572,7 +572,7 @@ fn effects_of(conn: &AnyConnection, plans: &[AckPlan<'_>], wakes: &mut Wakes) ->
         .collect();
     statements.extend(reads_statements(&reads));
     for &(group_id, _, _) in &reads {
-        wakes.feed_rows_in(group_id);
+        wakes.feed_rows_in(GroupId(group_id));
     }
     let mut readers: Vec<&str> = reads.iter().map(|r| r.1).collect();
     readers.sort_unstable();

@@ -521,6 +521,7 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::GroupId;
 
     fn wakes(events: &[WakeEvent]) -> Wakes {
         let mut wakes = Wakes::default();
@@ -533,7 +534,10 @@ mod tests {
     #[test]
     fn what_queues_between_rounds_goes_once_in_commit_order() {
         let publisher = Publisher::new("i1".into(), true);
-        let (sent, read) = (WakeEvent::MessageSent(7), WakeEvent::CursorMoved(7));
+        let (sent, read) = (
+            WakeEvent::MessageSent(GroupId(7)),
+            WakeEvent::CursorMoved(GroupId(7)),
+        );
         publisher.queue(&wakes(&[sent.clone(), read.clone()]));
         publisher.queue(&wakes(&[sent.clone(), WakeEvent::ReadMoved("bob".into())]));
         let round = publisher.take();
@@ -556,7 +560,7 @@ mod tests {
     fn beyond_the_bound_events_are_dropped_and_counted() {
         let publisher = Publisher::new("i1".into(), true);
         let events: Vec<WakeEvent> = (0..MAX_QUEUED as i64 + 10)
-            .map(WakeEvent::MessageSent)
+            .map(|g| WakeEvent::MessageSent(GroupId(g)))
             .collect();
         publisher.queue(&wakes(&events));
         let round = publisher.take();
@@ -568,20 +572,22 @@ mod tests {
     fn a_round_that_failed_goes_first_next_time_without_repeats() {
         let publisher = Publisher::new("i1".into(), true);
         publisher.queue(&wakes(&[
-            WakeEvent::MessageSent(1),
-            WakeEvent::MessageSent(2),
+            WakeEvent::MessageSent(GroupId(1)),
+            WakeEvent::MessageSent(GroupId(2)),
         ]));
         let failed = publisher.take();
         publisher.queue(&wakes(&[
-            WakeEvent::MessageSent(2),
-            WakeEvent::MessageSent(3),
+            WakeEvent::MessageSent(GroupId(2)),
+            WakeEvent::MessageSent(GroupId(3)),
         ]));
 
         publisher.requeue(failed.events, failed.feed_groups);
         let retried = publisher.take();
         assert_eq!(
             retried.events,
-            (1..=3).map(WakeEvent::MessageSent).collect::<Vec<_>>()
+            (1..=3)
+                .map(|g| WakeEvent::MessageSent(GroupId(g)))
+                .collect::<Vec<_>>()
         );
         assert_eq!(
             retried.feed_groups.into_iter().collect::<Vec<_>>(),

@@ -194,8 +194,9 @@ impl RawSql {
     }
 
     /// Appends a placeholder for an integer value and binds it.
-    pub fn int(mut self, value: i64) -> Self {
-        self.segments.push(Segment::Bind(Bind::BigInt(value)));
+    pub fn int(mut self, value: impl Into<i64>) -> Self {
+        self.segments
+            .push(Segment::Bind(Bind::BigInt(value.into())));
         self
     }
 

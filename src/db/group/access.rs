@@ -11,6 +11,7 @@ use crate::db::engine::row_locks::{group_by_group, Busy};
 use crate::db::models::{GroupRow, MemberRow};
 use crate::db::AnyConnection;
 use crate::domain::refusal::Refusal;
+use crate::domain::GroupId;
 use crate::schema::{group_members, groups};
 
 /// The result of a database call that may refuse: the outer error is the database's, the
@@ -54,7 +55,7 @@ pub fn memberships(
 ) -> QueryResult<HashMap<(i64, String), Result<Membership, Refusal>>> {
     if let [(group_id, user_id)] = *pairs {
         // The common case of one pair takes the query every engine keeps prepared.
-        let checked = member_of(conn, group_id, user_id)?;
+        let checked = member_of(conn, GroupId(group_id), user_id)?;
         return Ok(HashMap::from([((group_id, user_id.to_owned()), checked)]));
     }
     let mut group_ids: Vec<i64> = pairs.iter().map(|p| p.0).collect();
@@ -85,7 +86,9 @@ pub fn memberships(
         .map(|&(group_id, user_id)| {
             let key = (group_id, user_id.to_owned());
             let checked = match (groups_found.get(&group_id), members.remove(&key)) {
-                (None, _) => Err(Refusal::NoGroup { group_id }),
+                (None, _) => Err(Refusal::NoGroup {
+                    group_id: GroupId(group_id),
+                }),
                 (Some(group), member) => membership(group.clone(), member),
             };
             (key, checked)
@@ -178,18 +181,18 @@ fn locking_query(
         [] => return None,
         // Kept prepared: the ack of one group, whose text is the same every time.
         [(group_id, users)] => {
-            lock_in_group(RawSql::default(), *group_id, users, skip).keep_prepared()
+            lock_in_group(RawSql::default(), GroupId(*group_id), users, skip).keep_prepared()
         }
         _ if !on_citus(conn) => lock_pairs(by_group, skip),
         _ => group_by_group(by_group, |query, group_id, users| {
-            lock_in_group(query, group_id, users, skip)
+            lock_in_group(query, GroupId(group_id), users, skip)
         }),
     })
 }
 
 /// Appends the query that locks and reads the memberships of `users` in one group, which it
 /// names (so that on Citus it runs on the group's shard).
-fn lock_in_group(query: RawSql, group_id: i64, users: &[&str], skip: &str) -> RawSql {
+fn lock_in_group(query: RawSql, group_id: GroupId, users: &[&str], skip: &str) -> RawSql {
     query
         .sql(&format!(
             "SELECT {MEMBERSHIP_COLUMNS} FROM group_members m \
@@ -255,7 +258,12 @@ fn settle_missing(
             // began: the membership began since, after this request.
             Ok(membership) => {
                 let group_id = membership.group.group_id;
-                found.insert(key, Err(Refusal::NotMember { group_id }));
+                found.insert(
+                    key,
+                    Err(Refusal::NotMember {
+                        group_id: GroupId(group_id),
+                    }),
+                );
             }
             Err(refusal) => {
                 found.insert(key, Err(refusal));
@@ -267,7 +275,11 @@ fn settle_missing(
 
 /// The group and the user's membership, found in one query; a refusal when the group does not
 /// exist or the user is not in it.
-pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Checked<Membership> {
+pub fn member_of(
+    conn: &mut AnyConnection,
+    group_id: GroupId,
+    user_id: &str,
+) -> Checked<Membership> {
     let found: Option<(GroupRow, Option<MemberRow>)> = groups::table
         .left_join(
             group_members::table.on(group_members::group_id
@@ -288,7 +300,7 @@ pub fn member_of(conn: &mut AnyConnection, group_id: i64, user_id: &str) -> Chec
 fn membership(group: GroupRow, member: Option<MemberRow>) -> Result<Membership, Refusal> {
     match member {
         None => Err(Refusal::NotMember {
-            group_id: group.group_id,
+            group_id: GroupId(group.group_id),
         }),
         Some(member) => Ok(Membership { group, member }),
     }

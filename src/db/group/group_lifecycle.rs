@@ -2,6 +2,7 @@
 //! renamed. Each change that members should learn of writes a system line.
 
 use crate::domain::entries::Role;
+use crate::domain::GroupId;
 use diesel::prelude::*;
 
 use super::access::{member_of, Checked};
@@ -43,8 +44,8 @@ pub fn create_group(
             .into_iter()
             .map(|id| NewMember::joining(group_id, id, Role::Member, 0, now)),
     );
-    insert_joined(conn, group_id, &rows, wakes)?;
-    let group = find_group(conn, group_id)?.ok_or(diesel::result::Error::NotFound)?;
+    insert_joined(conn, GroupId(group_id), &rows, wakes)?;
+    let group = find_group(conn, GroupId(group_id))?.ok_or(diesel::result::Error::NotFound)?;
     Ok(Ok(group))
 }
 
@@ -52,7 +53,7 @@ pub fn create_group(
 /// again changes nothing.
 pub fn rename_group(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     actor_id: &str,
     name: &str,
     wakes: &mut Wakes,

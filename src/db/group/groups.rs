@@ -10,7 +10,7 @@ use crate::db::AnyConnection;
 use crate::domain::{GroupId, MsgId};
 use crate::schema::groups;
 
-pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option<GroupRow>> {
+pub fn find_group(conn: &mut AnyConnection, group_id: GroupId) -> QueryResult<Option<GroupRow>> {
     groups::table
         .find(group_id)
         .select(GroupRow::as_select())
@@ -21,7 +21,7 @@ pub fn find_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<Option
 /// Hands out the group's next message id. The update takes the group's row lock on
 /// PostgreSQL, so concurrent senders to one group queue here and ids commit in order with no
 /// gaps: a transaction that rolls back also rolls back its increment.
-pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i64> {
+pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: GroupId) -> QueryResult<i64> {
     #[derive(diesel::QueryableByName)]
     struct Allocated {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
@@ -45,7 +45,7 @@ pub fn allocate_msg_id(conn: &mut AnyConnection, group_id: i64) -> QueryResult<i
 /// time back.
 pub fn touch_activity(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     at: chrono::NaiveDateTime,
 ) -> QueryResult<()> {
     RawSql::default()
@@ -103,7 +103,7 @@ pub fn record_appended(
 /// with a sender.
 pub fn lock_group_and_members(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_ids: &[&str],
 ) -> QueryResult<Option<LockedWithMembers>> {
     let mut user_ids = user_ids.to_vec();
@@ -167,7 +167,7 @@ pub struct LockedWithMembers {
 /// (PostgreSQL) until the transaction ends: members added now join exactly after the last
 /// committed message, and no other change of membership can slip between the count and the
 /// caller's own.
-pub fn lock_group(conn: &mut AnyConnection, group_id: i64) -> QueryResult<LockedGroup> {
+pub fn lock_group(conn: &mut AnyConnection, group_id: GroupId) -> QueryResult<LockedGroup> {
     #[derive(diesel::QueryableByName)]
     struct Locked {
         #[diesel(sql_type = diesel::sql_types::BigInt)]

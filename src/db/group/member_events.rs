@@ -9,6 +9,7 @@ use crate::db::member_cursors::receipts::delete_oldest_before;
 use crate::db::models::now_utc;
 use crate::db::AnyConnection;
 use crate::domain::DeviceId;
+use crate::domain::GroupId;
 use crate::schema::member_events;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,12 +66,12 @@ struct NewMemberEvent<'a> {
 /// Records one change for `users` in the group.
 pub fn record_member_events(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     users: &[&str],
     kind: MemberEventKind,
     cause: Cause<'_>,
 ) -> QueryResult<()> {
-    let pairs: Vec<(i64, &str)> = users.iter().map(|&user_id| (group_id, user_id)).collect();
+    let pairs: Vec<(i64, &str)> = users.iter().map(|&user_id| (group_id.0, user_id)).collect();
     insert_events(conn, &pairs, kind, cause)
 }
 

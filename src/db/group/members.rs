@@ -27,7 +27,7 @@ use crate::{on_engine, refuse_unless};
 
 pub fn find_member(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
 ) -> QueryResult<Option<MemberRow>> {
     group_members::table
@@ -40,7 +40,7 @@ pub fn find_member(
 /// One page of members ordered by user id, starting after `after_user_id`.
 pub fn list_members(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     after_user_id: Option<&str>,
     limit: i64,
 ) -> QueryResult<Vec<MemberRow>> {
@@ -61,7 +61,7 @@ pub fn list_members(
 /// members start just before it, so it is the first entry they pull.
 pub fn add_members(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     actor_id: &str,
     user_ids: &[String],
     max_members: i64,
@@ -81,7 +81,7 @@ pub fn add_members(
     let rows: Vec<NewMember> = user_ids
         .iter()
         .filter(|id| !existing.contains(*id))
-        .map(|id| NewMember::joining(group_id, id, Role::Member, locked.last_msg_id, now))
+        .map(|id| NewMember::joining(group_id.0, id, Role::Member, locked.last_msg_id, now))
         .collect();
     refuse_unless!(within_cap(locked.member_count, rows.len(), max_members));
     if rows.is_empty() {
@@ -108,7 +108,7 @@ pub fn within_cap(current: i64, adding: usize, max: i64) -> Result<(), Refusal> 
 
 /// Keeps the group's member count with the rows: `change` members joined (or left, when
 /// negative), in the transaction that inserted or deleted them.
-fn count_members(conn: &mut AnyConnection, group_id: i64, change: i64) -> QueryResult<()> {
+fn count_members(conn: &mut AnyConnection, group_id: GroupId, change: i64) -> QueryResult<()> {
     RawSql::default()
         .sql("UPDATE groups SET member_count = member_count + ")
         .int(change)
@@ -123,7 +123,7 @@ fn count_members(conn: &mut AnyConnection, group_id: i64, change: i64) -> QueryR
 /// waiting polls (so they start watching it): what creating a group and adding members share.
 pub fn insert_joined(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     rows: &[NewMember],
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
@@ -161,7 +161,7 @@ pub fn insert_joined(
 /// those messages' receipts change; a line in the group's log tells the others.
 pub fn remove_member(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     actor_id: &str,
     user_id: &str,
     wakes: &mut Wakes,
@@ -205,7 +205,7 @@ pub fn remove_member(
 /// leaving changes those messages' audience), and their own event for their other devices.
 fn record_left_member(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     actor_id: &str,
     user_id: &str,
     cursors: MemberCursors,
@@ -229,7 +229,7 @@ fn record_left_member(
         .first(conn)?;
     record_change(
         conn,
-        GroupId(group_id),
+        group_id,
         user_id,
         MsgId(cursors.joined),
         MsgId(last_msg_id),
@@ -347,7 +347,7 @@ pub fn read_past_expired(
     through: MsgId,
     wakes: &mut Wakes,
 ) -> QueryResult<()> {
-    let (group_id, through_msg_id) = (group_id.0, through.0);
+    let through_msg_id = through.0;
     let behind = members_behind(conn, group_id, through_msg_id)?;
     if behind.is_empty() {
         return Ok(());
@@ -426,7 +426,7 @@ impl UserCursors {
 /// locked on PostgreSQL until the transaction ends (SQLite has one writer).
 fn members_behind(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     through_msg_id: i64,
 ) -> QueryResult<Vec<(String, MemberCursors)>> {
     let lock = match conn {

@@ -140,7 +140,7 @@ pub fn advance_past_own_entries(
             .ok_or(diesel::result::Error::NotFound)?
             .member;
         let now = OwnMoves::of(entries).applied_to(was);
-        cursor_moves.moved(group_id.0, MemberCursors::of(was), MemberCursors::of(&now));
+        cursor_moves.moved(group_id, MemberCursors::of(was), MemberCursors::of(&now));
         rows.push(vec![
             Value::Text(user_id),
             // By how much, not to what: a recall or delete in the same append may have

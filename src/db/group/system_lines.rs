@@ -3,6 +3,7 @@
 //! never count as unread and have no receipts.
 
 use crate::domain::entries::EntryKind;
+use crate::domain::GroupId;
 use diesel::prelude::*;
 use serde_json::json;
 
@@ -56,7 +57,7 @@ impl SystemLine<'_> {
 /// cursors move: every member's devices pull the line, and the unread rule skips it.
 pub fn append_system_line(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     actor_id: &str,
     line: SystemLine<'_>,
     wakes: &mut Wakes,
@@ -68,7 +69,7 @@ pub fn append_system_line(
     let client_msg_id = format!("system {msg_id}");
     diesel::insert_into(group_msgs::table)
         .values(&NewMessage {
-            group_id,
+            group_id: group_id.0,
             msg_id,
             kind: line.kind().as_str(),
             sender_id: actor_id,

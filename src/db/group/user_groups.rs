@@ -15,6 +15,7 @@ use diesel::QueryableByName;
 
 use crate::db::engine::raw_sql::{RawSql, Value};
 use crate::db::AnyConnection;
+use crate::domain::GroupId;
 
 #[derive(QueryableByName)]
 struct Row {
@@ -36,7 +37,7 @@ pub fn group_ids_of(conn: &mut AnyConnection, user_id: &str) -> QueryResult<Vec<
 /// membership rows.
 pub(super) fn record_joined(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_ids: &[&str],
 ) -> QueryResult<()> {
     // The users go as one bound value (an array, or JSON on SQLite), however many there are.
@@ -62,7 +63,7 @@ pub(super) fn record_joined(
 /// membership row.
 pub(super) fn record_left(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     user_id: &str,
 ) -> QueryResult<()> {
     RawSql::default()

@@ -52,17 +52,17 @@ pub struct CursorMoves {
 }
 
 impl CursorMoves {
-    fn add(&mut self, group_id: i64, msg_id: i64, tally: Tally) {
-        *self.by_place.entry((group_id, msg_id)).or_default() += tally;
+    fn add(&mut self, group_id: GroupId, msg_id: i64, tally: Tally) {
+        *self.by_place.entry((group_id.0, msg_id)).or_default() += tally;
     }
 
     /// A member joined with all three cursors at `at`.
-    pub fn joined(&mut self, group_id: i64, at: i64) {
+    pub fn joined(&mut self, group_id: GroupId, at: i64) {
         self.joined_many(group_id, at, 1);
     }
 
     /// `count` members joined with all three cursors at `at`.
-    pub fn joined_many(&mut self, group_id: i64, at: i64, count: i64) {
+    pub fn joined_many(&mut self, group_id: GroupId, at: i64, count: i64) {
         self.add(
             group_id,
             at,
@@ -75,7 +75,7 @@ impl CursorMoves {
     }
 
     /// A member with these cursors left.
-    pub fn left(&mut self, group_id: i64, cursors: MemberCursors) {
+    pub fn left(&mut self, group_id: GroupId, cursors: MemberCursors) {
         let one = |read, delivered, joined| Tally {
             read,
             delivered,
@@ -87,7 +87,7 @@ impl CursorMoves {
     }
 
     /// A member's cursors moved from `before` to `after`.
-    pub fn moved(&mut self, group_id: i64, before: MemberCursors, after: MemberCursors) {
+    pub fn moved(&mut self, group_id: GroupId, before: MemberCursors, after: MemberCursors) {
         self.left(group_id, before);
         let one = |read, delivered, joined| Tally {
             read,
@@ -306,7 +306,7 @@ pub fn fold_group_moves(conn: &mut AnyConnection, group_id: GroupId) -> QueryRes
     let folded = taken.len() as i64;
     let mut moves = CursorMoves::default();
     for row in taken {
-        moves.add(group_id.0, row.msg_id, row.tally);
+        moves.add(group_id, row.msg_id, row.tally);
     }
     let rows = moves.rows();
     if rows.is_empty() {

@@ -31,6 +31,7 @@ use diesel::sql_types::BigInt;
 use crate::db::engine::distribution::one_group;
 use crate::db::engine::raw_sql::{RawSql, Value};
 use crate::db::AnyConnection;
+use crate::domain::GroupId;
 
 /// SQL about a membership row (`group_members`) that reads other tables of the row's group:
 /// the text around each place the group is named. Over the rows of many groups the group is
@@ -45,7 +46,7 @@ impl GroupScoped {
     }
 
     /// `query` with the text for rows of `group_id` alone appended.
-    pub fn for_group(&self, query: RawSql, group_id: i64) -> RawSql {
+    pub fn for_group(&self, query: RawSql, group_id: GroupId) -> RawSql {
         let (last, before) = self.0.split_last().expect("text around the group");
         before
             .iter()
@@ -216,12 +217,12 @@ fn above_read_query(reads: &[(i64, &str, i64)]) -> RawSql {
          group_members.own_msgs_after_read, CAST(",
     );
     let query = match group {
-        Some(group_id) => NOT_COUNTED_ABOVE_READ.for_group(query, group_id),
+        Some(group_id) => NOT_COUNTED_ABOVE_READ.for_group(query, GroupId(group_id)),
         None => query.sql(&NOT_COUNTED_OVER_ROWS),
     }
     .sql(" AS BIGINT) AS not_counted, CAST(");
     let query = match group {
-        Some(group_id) => MENTIONS_ABOVE_READ.for_group(query, group_id),
+        Some(group_id) => MENTIONS_ABOVE_READ.for_group(query, GroupId(group_id)),
         None => query.sql(&MENTIONS_OVER_ROWS),
     }
     .sql(

@@ -34,7 +34,7 @@ impl EntryRefs {
 /// Loads what the given entries of one group point at.
 pub fn load_refs(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     entries: &[MessageRow],
 ) -> QueryResult<EntryRefs> {
     let mut refs = load_referenced(conn, group_id, entries)?;
@@ -49,7 +49,7 @@ pub fn refs_of_new(
     entry: &MessageRow,
     stored_mentions: Vec<String>,
 ) -> QueryResult<EntryRefs> {
-    let mut refs = load_referenced(conn, entry.group_id, std::slice::from_ref(entry))?;
+    let mut refs = load_referenced(conn, GroupId(entry.group_id), std::slice::from_ref(entry))?;
     if !stored_mentions.is_empty() {
         refs.mentions.insert(entry.msg_id, stored_mentions);
     }
@@ -59,7 +59,7 @@ pub fn refs_of_new(
 /// The entries that change entries and replies among `entries` name, as they are now.
 fn load_referenced(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     entries: &[MessageRow],
 ) -> QueryResult<EntryRefs> {
     let mut refs = EntryRefs::default();
@@ -82,7 +82,7 @@ fn load_referenced(
 /// Whom each message among `entries` mentions by name.
 fn load_mentions(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     entries: &[MessageRow],
 ) -> QueryResult<HashMap<i64, Vec<String>>> {
     let ids = entries.iter().filter(|e| e.kind == EntryKind::Message);
@@ -129,8 +129,8 @@ pub fn visible_message(
     msg_id: MsgId,
     appending: MsgId,
 ) -> Checked<MessageRow> {
-    let group_id = member.group.group_id;
-    let found = find_message(conn, GroupId(group_id), msg_id)?
+    let group_id = GroupId(member.group.group_id);
+    let found = find_message(conn, group_id, msg_id)?
         .filter(|m| m.msg_id > member.member.joined_after_msg_id && m.msg_id < appending.0);
     let Some(entry) = found else {
         return Ok(Err(Refusal::NoSuchEntry {

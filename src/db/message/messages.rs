@@ -96,7 +96,7 @@ pub type Sent = Result<SendOutcome, Refusal>;
 /// Appends one member's entry to the group's log (see [`send_entries`]).
 pub fn send(
     conn: &mut AnyConnection,
-    group_id: i64,
+    group_id: GroupId,
     author: Author<'_>,
     client_msg_id: &str,
     entry: &UserEntry,
@@ -109,7 +109,7 @@ pub fn send(
         client_msg_id: client_msg_id.to_owned(),
         entry: entry.clone(),
     };
-    let mut sent = send_entries(conn, GroupId(group_id), &[one], windows, wakes)?;
+    let mut sent = send_entries(conn, group_id, &[one], windows, wakes)?;
     Ok(sent.pop().unwrap_or(Err(Refusal::NoGroup { group_id })))
 }
 
@@ -139,13 +139,9 @@ pub fn send_entries(
     let Some(LockedWithMembers {
         group: locked,
         members: memberships,
-    }) = lock_group_and_members(conn, group_id.0, &senders)?
+    }) = lock_group_and_members(conn, group_id, &senders)?
     else {
-        let no_group = || {
-            Err(Refusal::NoGroup {
-                group_id: group_id.0,
-            })
-        };
+        let no_group = || Err(Refusal::NoGroup { group_id });
         return Ok(sends.iter().map(|_| no_group()).collect());
     };
     let sent_before = find_sent(conn, group_id, sends)?;
@@ -202,9 +198,7 @@ fn decide_entries<'s>(
             continue;
         }
         let Some(membership) = memberships.get(&send.sender_id) else {
-            decided.answers.push(Err(Refusal::NotMember {
-                group_id: group_id.0,
-            }));
+            decided.answers.push(Err(Refusal::NotMember { group_id }));
             continue;
         };
         let msg_id = MsgId(decided.last_msg_id + 1);
@@ -220,7 +214,7 @@ fn decide_entries<'s>(
         }
         decided.last_msg_id = msg_id.0;
         let row = new_row(
-            group_id.0,
+            group_id,
             msg_id.0,
             &send.sender_id,
             &send.client_msg_id,
@@ -260,7 +254,7 @@ fn write_appended(
         writes,
     )?;
     store_mentions(conn, stored)?;
-    wakes.record(WakeEvent::MessageSent(group_id.0));
+    wakes.record(WakeEvent::MessageSent(group_id));
     Ok(())
 }
 
@@ -394,7 +388,7 @@ fn find_sent(
 
 /// The row a member's entry is stored as.
 pub(super) fn new_row(
-    group_id: i64,
+    group_id: GroupId,
     msg_id: i64,
     sender_id: &str,
     client_msg_id: &str,
@@ -402,7 +396,7 @@ pub(super) fn new_row(
     now: chrono::NaiveDateTime,
 ) -> MessageRow {
     let mut row = MessageRow {
-        group_id,
+        group_id: group_id.0,
         msg_id,
         kind: entry.kind(),
         sender_id: sender_id.to_owned(),
@@ -560,7 +554,7 @@ pub fn delete_messages_before(
         // The group's lock first, as every write that moves several members' rows takes it
         // (a send of several messages moves its senders'): rows locked in two orders by two
         // writers would deadlock. Groups in id order, like every write of several groups.
-        lock_group(conn, group_id)?;
+        lock_group(conn, GroupId(group_id))?;
         read_past_expired(conn, GroupId(group_id), MsgId(msg_id), wakes)?;
     }
     diesel::delete(group_msgs::table.filter(group_msgs::id.eq_any(&ids))).execute(conn)

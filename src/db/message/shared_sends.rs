@@ -68,7 +68,7 @@ impl SharedWork for Sends {
                         Ok((SendOutcome::Created(row), refs))
                     }
                     Ok(SendOutcome::Existing(row)) => {
-                        let refs = load_refs(conn, group_id.0, std::slice::from_ref(&row))?;
+                        let refs = load_refs(conn, group_id, std::slice::from_ref(&row))?;
                         Ok((SendOutcome::Existing(row), refs))
                     }
                     Err(refusal) => Err(refusal),
