@@ -47,14 +47,10 @@ pub async fn long_poll<T: Send + 'static>(
         });
     };
     let cursor = open_cursor(state, raw, feed)?;
-    let poller = Poller {
-        user_id: user.id(),
-        caller: user,
-    };
     wait_for_changes(
         &state.db,
         &state.waiters,
-        poller,
+        user,
         cursor,
         limit,
         timeout,
@@ -62,6 +58,12 @@ pub async fn long_poll<T: Send + 'static>(
     )
     .await
     .map_err(poll_failed)
+}
+
+impl Poller for AuthUser {
+    fn user_id(&self) -> &str {
+        self.id()
+    }
 }
 
 /// The feed position in a cursor a client sent: refused when this server did not issue it

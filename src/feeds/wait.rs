@@ -38,10 +38,9 @@ pub enum PollError {
 /// Reads one page of a feed after a position for the caller `C`, with at most `limit` items.
 pub type Fetch<C, T> = fn(&mut AnyConnection, &C, &FeedPosition, i64) -> QueryResult<Page<T>>;
 
-/// Who polls: the user whose groups the wait covers, and what the feed's reads take.
-pub struct Poller<'a, C> {
-    pub user_id: &'a str,
-    pub caller: &'a C,
+/// Who polls, as the feed's reads take them: the wait covers the groups of their user.
+pub trait Poller: Clone + Send + Sync + 'static {
+    fn user_id(&self) -> &str;
 }
 
 /// The position a client starts from: everything published so far counts as seen (after
@@ -58,21 +57,21 @@ pub async fn starting_position(db: &Db, feed: Feed) -> Result<FeedPosition, DbEr
 pub async fn wait_for_changes<C, T>(
     db: &Db,
     waiters: &Arc<Waiters>,
-    poller: Poller<'_, C>,
+    poller: &C,
     mut cursor: FeedPosition,
     limit: i64,
     timeout: Duration,
     fetch: Fetch<C, T>,
 ) -> Result<Page<T>, PollError>
 where
-    C: Clone + Send + Sync + 'static,
+    C: Poller,
     T: Send + 'static,
 {
     let deadline = tokio::time::Instant::now() + timeout;
     let done = || timeout.is_zero() || waiters.is_shutting_down();
     db.writes_published(CATCH_UP).await;
     let (mut registration, first) =
-        register_and_read(db, waiters, &poller, cursor.clone(), limit, fetch).await?;
+        register_and_read(db, waiters, poller, cursor.clone(), limit, fetch).await?;
     let mut read: Result<Page<T>, DbError> = Ok(first);
     loop {
         match read {
@@ -96,11 +95,11 @@ where
             // The old registration goes first: it counts against the user's waiters.
             drop(registration);
             let (again, page) =
-                register_and_read(db, waiters, &poller, cursor.clone(), limit, fetch).await?;
+                register_and_read(db, waiters, poller, cursor.clone(), limit, fetch).await?;
             registration = again;
             Ok(page)
         } else {
-            let (caller, current) = (poller.caller.clone(), cursor.clone());
+            let (caller, current) = (poller.clone(), cursor.clone());
             db.read(move |conn| fetch(conn, &caller, &current, limit))
                 .await
         };
@@ -113,16 +112,16 @@ where
 async fn register_and_read<C, T>(
     db: &Db,
     waiters: &Arc<Waiters>,
-    poller: &Poller<'_, C>,
+    poller: &C,
     cursor: FeedPosition,
     limit: i64,
     fetch: Fetch<C, T>,
 ) -> Result<(Registration, Page<T>), PollError>
 where
-    C: Clone + Send + Sync + 'static,
+    C: Poller,
     T: Send + 'static,
 {
-    let (user_id, caller) = (poller.user_id.to_owned(), poller.caller.clone());
+    let (user_id, caller) = (poller.user_id().to_owned(), poller.clone());
     let registry = Arc::clone(waiters);
     let feed = cursor.feed;
     let registered = db
